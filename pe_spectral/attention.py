@@ -1,0 +1,241 @@
+"""Attention kernels (pure functions) and thin Flax NNX attention modules.
+
+The kernel :func:`attention` is a plain ``jnp`` function: it works under
+``jit``, ``vmap`` over the batch, and ``vmap`` over the head axis (a kernel
+written for one head and lifted with ``jax.vmap(..., in_axes=2, out_axes=2)``
+gives the same result). The modules hold parameters only; all positional logic
+comes from :mod:`pe_spectral.positional`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_spectral import positional
+
+__all__ = ["attention", "attention_logits", "dropout", "torch_linear_init",
+           "torch_linear", "paper_mla_rotary", "MultiHeadAttention",
+           "LatentAttention"]
+
+# Large finite negative: masked logits never produce NaN, even for a row whose
+# keys are all masked (such a row attends uniformly, and callers never pool it).
+_MASK_VALUE = -1e30
+
+
+def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
+  """Inverted dropout with an explicit key; identity if ``key`` is None or rate 0."""
+  if key is None or rate == 0.0:
+    return x
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+def attention_logits(q: jax.Array, k: jax.Array, *,
+                     bias: Optional[jax.Array] = None,
+                     scale: Optional[float] = None) -> jax.Array:
+  """Scaled logits ``[batch, heads, q, k]`` = ``q k^T * scale + bias`` (pre-mask)."""
+  if scale is None:
+    scale = 1.0 / math.sqrt(q.shape[-1])
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+  if bias is not None:
+    logits = logits + bias
+  return logits
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
+              bias: Optional[jax.Array] = None,
+              mask: Optional[jax.Array] = None,
+              head_mask: Optional[jax.Array] = None,
+              scale: Optional[float] = None,
+              dropout_rate: float = 0.0,
+              dropout_key: Optional[jax.Array] = None) -> jax.Array:
+  """Softmax attention.
+
+  Args:
+    q: ``[batch, q_len, heads, d_qk]``.
+    k: ``[batch, k_len, heads, d_qk]``.
+    v: ``[batch, k_len, heads, d_v]`` (``d_v`` may differ from ``d_qk``).
+    bias: additive logit bias broadcastable to ``[batch, heads, q_len, k_len]``.
+    mask: boolean, broadcastable to ``[batch, heads, q_len, k_len]``; True = attend.
+    head_mask: ``[heads]`` factors on each head's output (1 keep, 0 ablate).
+    scale: logit scale; default ``1/sqrt(d_qk)``.
+    dropout_rate: dropout on the attention probabilities (needs ``dropout_key``).
+    dropout_key: PRNG key for that dropout; None disables it.
+
+  Returns:
+    ``[batch, q_len, heads, d_v]``.
+  """
+  chex.assert_rank([q, k, v], 4)
+  chex.assert_equal_shape_prefix([k, v], 3)
+  chex.assert_axis_dimension(k, 3, q.shape[3])
+  chex.assert_axis_dimension(k, 0, q.shape[0])
+  chex.assert_axis_dimension(k, 2, q.shape[2])
+  logits = attention_logits(q, k, bias=bias, scale=scale)
+  if mask is not None:
+    logits = jnp.where(mask, logits, _MASK_VALUE)
+  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
+  probs = dropout(probs, dropout_rate, dropout_key)
+  out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+  if head_mask is not None:
+    chex.assert_shape(head_mask, (q.shape[2],))
+    out = out * head_mask.astype(out.dtype)[:, None]
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Initialisers (PyTorch defaults; see PROTOCOL.md "Porting notes").
+# ----------------------------------------------------------------------------
+
+def torch_linear_init(fan_in: int):
+  """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: torch.nn.Linear's weight and bias init."""
+  bound = 1.0 / math.sqrt(fan_in)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+  return init
+
+
+def torch_linear(in_features: int, out_features: int, *, rngs: nnx.Rngs,
+                 use_bias: bool = True) -> nnx.Linear:
+  """An ``nnx.Linear`` initialised like ``torch.nn.Linear``."""
+  init = torch_linear_init(in_features)
+  return nnx.Linear(in_features, out_features, use_bias=use_bias,
+                    kernel_init=init, bias_init=init, rngs=rngs)
+
+
+def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
+                     base: float = 10000.0) -> jax.Array:
+  """The paper's MLA 'rotary' transform, bug included (faithful mode only).
+
+  Its cache row for position p is ``[sin(p theta_0..) | cos(p theta_0..)]`` and
+  the code reads the even columns as sines and the odd columns as cosines, so
+  the sine and cosine of one pair come from different frequencies. It is not
+  a rotation (norms change; scores are not relative). See PROTOCOL.md §2.3.
+  """
+  d = x.shape[-1]
+  angles = positional.rope_angles(positions, d, base)  # [..., d/2]
+  cache = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d]
+  sin, cos = cache[..., 0::2], cache[..., 1::2]
+  xe, xo = x[..., 0::2], x[..., 1::2]
+  out = jnp.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1)
+  return out.reshape(x.shape).astype(x.dtype)
+
+
+class MultiHeadAttention(nnx.Module):
+  """Multi-head attention; RoPE on the first ``rope_heads`` heads.
+
+  Queries come from ``x_q`` and keys/values from ``x_kv`` (the same array for
+  self-attention; the paper's model uses the input embeddings for ``x_kv``).
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
+               rope_base: float = 10000.0, attn_dropout: float = 0.0,
+               rngs: nnx.Rngs):
+    self.num_heads = num_heads
+    self.head_dim = d_model // num_heads
+    self.rope_heads = rope_heads
+    self.rope_base = rope_base
+    self.attn_dropout = attn_dropout
+    self.q_proj = torch_linear(d_model, d_model, rngs=rngs)
+    self.k_proj = torch_linear(d_model, d_model, rngs=rngs)
+    self.v_proj = torch_linear(d_model, d_model, rngs=rngs)
+    self.out_proj = torch_linear(d_model, d_model, rngs=rngs)
+
+  def _heads(self, x):
+    return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
+
+  def project_qk(self, x_q, x_kv, positions):
+    """Queries and keys ``[batch, seq, heads, head_dim]`` after RoPE."""
+    q = self._heads(self.q_proj(x_q))
+    k = self._heads(self.k_proj(x_kv))
+    if self.rope_heads > 0:
+      pos = positions[:, None]  # broadcasts against [batch, seq, heads]
+      q_rot = positional.apply_rope(q, pos, base=self.rope_base)
+      k_rot = positional.apply_rope(k, pos, base=self.rope_base)
+      if self.rope_heads < self.num_heads:
+        # where() keeps heads >= rope_heads bit-identical to the unrotated ones.
+        rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]
+        q_rot = jnp.where(rotated, q_rot, q)
+        k_rot = jnp.where(rotated, k_rot, k)
+      q, k = q_rot, k_rot
+    return q, k
+
+  def __call__(self, x_q, x_kv, *, positions, bias=None, mask=None,
+               head_mask=None, dropout_key=None):
+    q, k = self.project_qk(x_q, x_kv, positions)
+    v = self._heads(self.v_proj(x_kv))
+    out = attention(q, k, v, bias=bias, mask=mask, head_mask=head_mask,
+                    dropout_rate=self.attn_dropout, dropout_key=dropout_key)
+    return self.out_proj(out.reshape(out.shape[:2] + (-1,)))
+
+
+class LatentAttention(nnx.Module):
+  """DeepSeek-style multi-head latent attention (MLA) with decoupled RoPE.
+
+  Keys/values go through a shared latent ``c_kv = W_dkv x``; queries through
+  ``c_q = W_dq x``. Each head's query/key is ``[content | rotary]``: the
+  content part comes from the latents; the rotary part is a separate
+  ``rope_dim`` channel -- one key shared by all heads, and either a per-head
+  query (DeepSeek, the default) or one query shared by all heads (the paper).
+  Logits are scaled by ``1/sqrt(head_dim + rope_dim)``. All projections are
+  bias-free, as in the paper's code.
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
+               rope_dim: int, shared_rope_query: bool = False,
+               paper_rotary: bool = False, rope_base: float = 10000.0,
+               rngs: nnx.Rngs):
+    self.num_heads = num_heads
+    self.head_dim = d_model // num_heads
+    self.rope_dim = rope_dim
+    self.shared_rope_query = shared_rope_query
+    self.paper_rotary = paper_rotary
+    self.rope_base = rope_base
+    lin = lambda i, o: torch_linear(i, o, rngs=rngs, use_bias=False)
+    self.dkv_proj = lin(d_model, latent_dim)
+    self.uk_proj = lin(latent_dim, d_model)
+    self.uv_proj = lin(latent_dim, d_model)
+    self.kr_proj = lin(d_model, rope_dim)
+    self.dq_proj = lin(d_model, latent_dim)
+    self.uq_proj = lin(latent_dim, d_model)
+    q_rope_heads = 1 if shared_rope_query else num_heads
+    self.qr_proj = lin(latent_dim, q_rope_heads * rope_dim)
+    self.out_proj = lin(d_model, d_model)
+
+  def _rotate(self, x, positions):
+    if self.paper_rotary:
+      return paper_mla_rotary(x, positions, base=self.rope_base)
+    return positional.apply_rope(x, positions, base=self.rope_base)
+
+  def project_qk(self, x, positions):
+    """Queries and keys ``[batch, seq, heads, head_dim + rope_dim]``."""
+    b, s, _ = x.shape
+    h = self.num_heads
+    c_kv = self.dkv_proj(x)
+    c_q = self.dq_proj(x)
+    k_c = self.uk_proj(c_kv).reshape(b, s, h, self.head_dim)
+    q_c = self.uq_proj(c_q).reshape(b, s, h, self.head_dim)
+    pos = positions[:, None]
+    k_r = self._rotate(self.kr_proj(x)[:, :, None, :], pos)
+    q_r = self.qr_proj(c_q).reshape(b, s, -1, self.rope_dim)
+    q_r = self._rotate(q_r, pos)
+    k_r = jnp.broadcast_to(k_r, (b, s, h, self.rope_dim))
+    q_r = jnp.broadcast_to(q_r, (b, s, h, self.rope_dim))
+    q = jnp.concatenate([q_c, q_r], axis=-1)
+    k = jnp.concatenate([k_c, k_r], axis=-1)
+    return q, k
+
+  def __call__(self, x, *, positions, bias=None, mask=None, head_mask=None,
+               dropout_key=None):
+    b, s, _ = x.shape
+    q, k = self.project_qk(x, positions)
+    v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
+                                               self.head_dim)
+    out = attention(q, k, v, bias=bias, mask=mask, head_mask=head_mask)
+    return self.out_proj(out.reshape(b, s, -1))

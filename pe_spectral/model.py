@@ -1,0 +1,345 @@
+"""The Transformer classifier and its configuration.
+
+token embedding -> input PE -> N pre-LN blocks -> [final LN] -> mean pool -> linear.
+
+Two modes (``ModelConfig.faithful``):
+
+* **clean** (default): standard pre-LN self-attention; padding keys masked;
+  final LayerNorm; mean pool over real tokens; standard ALiBi slopes.
+* **faithful**: the paper's code (PROTOCOL.md §2, §5): keys/values of every
+  layer are computed from the input embeddings (only queries see the residual
+  stream), padding is not masked anywhere, no final LayerNorm, mean over all
+  positions, ALiBi slopes ``exp(-h/H)``, and 'mla' is the paper's MLA model
+  (GELU, final LN, masked pool, zero-initialised learned APE, shared rotary
+  query, its non-rotation 'rotary' transform).
+
+Both modes use PyTorch-default initialisation, so the only differences between
+them are the architectural quirks above. Pure use:
+
+>>> graphdef, params = init_model(cfg, key)
+>>> logits = apply_model(graphdef, params, ids)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_spectral import positional
+from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
+                                   dropout, torch_linear)
+
+__all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
+           "PRESETS", "PAD_ID"]
+
+PAD_ID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Static model configuration (hashable; validates itself on construction).
+
+  Attributes:
+    pe: a name from :data:`positional.PE_NAMES`.
+    vocab_size: token ids are ``0..vocab_size-1``; 0 is padding.
+    num_classes: output logits (faithful mode: the paper uses ``vocab_size``).
+    d_model, num_heads, num_layers, d_ff, max_len: sizes.
+    dropout: dropout rate (attention probabilities, attention output, FFN).
+    faithful: the paper's architecture quirks (see module docstring).
+    rope_heads: heads with RoPE for ``partial_rope`` (``0..num_heads``).
+    rope_base: RoPE / sinusoid base.
+    causal: causal attention mask (ALiBi then uses its causal Toeplitz form).
+    relative_buckets: ``None`` = one learned scalar per clipped offset (the
+      paper); an int = T5 log-buckets with that many buckets.
+    relative_max_distance: clip distance (default ``max_len - 1``, i.e. every
+      offset its own entry, as the paper) or the T5 ``max_distance``.
+    mla_latent_dim, mla_rope_dim: MLA latent width and rotary width.
+    mla_shared_rope_query: one rotary query for all heads (paper); default:
+      per-head in clean mode, shared in faithful mode.
+    mla_paper_rotary: the paper's buggy rotary transform; default: faithful.
+  """
+  pe: str = "rope"
+  vocab_size: int = 574
+  num_classes: int = 574
+  d_model: int = 256
+  num_heads: int = 16
+  num_layers: int = 6
+  d_ff: int = 512
+  max_len: int = 128
+  dropout: float = 0.1
+  faithful: bool = False
+  rope_heads: int = 1
+  rope_base: float = 10000.0
+  causal: bool = False
+  relative_buckets: Optional[int] = None
+  relative_max_distance: Optional[int] = None
+  mla_latent_dim: int = 128
+  mla_rope_dim: int = 16
+  mla_shared_rope_query: Optional[bool] = None
+  mla_paper_rotary: Optional[bool] = None
+
+  def __post_init__(self):
+    spec = positional.get_pe(self.pe)  # unknown name -> lists valid names
+    for name in ("vocab_size", "num_classes", "d_model", "num_heads",
+                 "num_layers", "d_ff", "max_len"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.d_model % self.num_heads:
+      raise ValueError(
+          f"d_model ({self.d_model}) must be divisible by num_heads "
+          f"({self.num_heads})")
+    if not 0.0 <= self.dropout < 1.0:
+      raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    if spec.rotary == "partial" and not 0 <= self.rope_heads <= self.num_heads:
+      raise ValueError(
+          f"rope_heads must be in [0, num_heads={self.num_heads}], got "
+          f"{self.rope_heads}")
+    if spec.rotary in ("all", "partial") and self.head_dim % 2:
+      raise ValueError(
+          f"rotary PE {self.pe!r} needs an even head_dim; d_model/num_heads = "
+          f"{self.head_dim}")
+    if spec.rotary == "mla":
+      if self.mla_latent_dim <= 0 or self.mla_rope_dim <= 0:
+        raise ValueError(
+            f"MLA latent dims must be > 0, got mla_latent_dim="
+            f"{self.mla_latent_dim}, mla_rope_dim={self.mla_rope_dim}")
+      if self.mla_rope_dim % 2:
+        raise ValueError(f"mla_rope_dim must be even, got {self.mla_rope_dim}")
+    if self.relative_buckets is not None and self.relative_buckets < 2:
+      raise ValueError(
+          f"relative_buckets must be >= 2 or None, got {self.relative_buckets}")
+    if self.relative_max_distance is not None and self.relative_max_distance < 1:
+      raise ValueError("relative_max_distance must be >= 1")
+
+  @property
+  def spec(self) -> positional.PESpec:
+    return positional.get_pe(self.pe)
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads
+
+  @property
+  def num_rope_heads(self) -> int:
+    """Heads whose q/k are rotated in a standard attention layer."""
+    rotary = self.spec.rotary
+    if rotary == "all":
+      return self.num_heads
+    if rotary == "partial":
+      return self.rope_heads
+    return 0
+
+  @property
+  def is_mla(self) -> bool:
+    return self.spec.rotary == "mla"
+
+  @property
+  def shared_rope_query(self) -> bool:
+    if self.mla_shared_rope_query is None:
+      return self.faithful
+    return self.mla_shared_rope_query
+
+  @property
+  def paper_rotary(self) -> bool:
+    if self.mla_paper_rotary is None:
+      return self.faithful
+    return self.mla_paper_rotary
+
+  @property
+  def kv_from_input(self) -> bool:
+    """Paper quirk: K/V of every layer come from the input embeddings."""
+    return self.faithful and not self.is_mla
+
+  @property
+  def mask_padding(self) -> bool:
+    return not self.kv_from_input
+
+  @property
+  def final_norm(self) -> bool:
+    return not self.kv_from_input
+
+  @property
+  def relative_distance(self) -> int:
+    if self.relative_max_distance is not None:
+      return self.relative_max_distance
+    return self.max_len - 1
+
+  def replace(self, **kw) -> "ModelConfig":
+    return dataclasses.replace(self, **kw)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+# Named sizes; a preset's task decides num_classes / vocab_size.
+PRESETS = {
+    "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
+    "cpu": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=64),
+    "smoke": dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=16),
+}
+
+
+class _Block(nnx.Module):
+  """One pre-LN block."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.ln1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+    self.ln2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+    if cfg.is_mla:
+      self.attn = LatentAttention(
+          cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
+          rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
+          paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base, rngs=rngs)
+    else:
+      self.attn = MultiHeadAttention(
+          cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
+          rope_base=cfg.rope_base, attn_dropout=cfg.dropout, rngs=rngs)
+    self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs)
+    self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs)
+    if cfg.spec.bias == "relative":
+      rows = (cfg.relative_buckets if cfg.relative_buckets is not None
+              else 2 * cfg.relative_distance + 1)
+      self.rel_table = nnx.Param(
+          0.02 * jax.random.normal(rngs.params(), (rows, cfg.num_heads)))
+
+  def bias(self, seq_len: int, alibi: Optional[jax.Array]):
+    """Additive logit bias ``[heads, seq, seq]`` of this layer, or None."""
+    if self.cfg.spec.bias == "relative":
+      return positional.relative_bias_from_table(
+          self.rel_table[...], seq_len, max_distance=self.cfg.relative_distance,
+          num_buckets=self.cfg.relative_buckets)
+    return alibi
+
+  def __call__(self, x, e, *, positions, alibi, mask, head_mask, key):
+    cfg = self.cfg
+    keys = [None] * 4 if key is None else list(jax.random.split(key, 4))
+    h = self.ln1(x)
+    bias = self.bias(x.shape[1], alibi)
+    if cfg.is_mla:
+      a = self.attn(h, positions=positions, bias=bias, mask=mask,
+                    head_mask=head_mask)
+      paper_mla = cfg.faithful  # no dropout after attention in the paper's MLA
+    else:
+      kv = e if cfg.kv_from_input else h
+      a = self.attn(h, kv, positions=positions, bias=bias, mask=mask,
+                    head_mask=head_mask, dropout_key=keys[0])
+      paper_mla = False
+    if not paper_mla:
+      a = dropout(a, cfg.dropout, keys[1])
+    x = x + a
+    f = self.ff1(self.ln2(x))
+    if cfg.faithful and cfg.is_mla:
+      f = jax.nn.gelu(f, approximate=False)
+      f = dropout(f, cfg.dropout, keys[2])
+    else:
+      f = jax.nn.relu(f)
+    f = dropout(self.ff2(f), cfg.dropout, keys[3])
+    return x + f
+
+
+class TransformerClassifier(nnx.Module):
+  """Sequence classifier over :class:`ModelConfig` (see module docstring)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model,
+                           embedding_init=jax.nn.initializers.normal(1.0),
+                           rngs=rngs)
+    spec = cfg.spec
+    if spec.input == "learned":
+      self.pos_table = nnx.Param(
+          jax.random.normal(rngs.params(), (cfg.max_len, cfg.d_model)))
+    elif cfg.is_mla and cfg.faithful:
+      self.pos_table = nnx.Param(jnp.zeros((cfg.max_len, cfg.d_model)))
+    self.blocks = nnx.List([_Block(cfg, rngs=rngs)
+                            for _ in range(cfg.num_layers)])
+    if cfg.final_norm:
+      self.final_ln = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+    self.head = torch_linear(cfg.d_model, cfg.num_classes, rngs=rngs)
+
+  def embed_inputs(self, ids: jax.Array) -> jax.Array:
+    """Token embeddings plus the input PE, ``[batch, seq, d_model]``."""
+    cfg = self.cfg
+    seq_len = ids.shape[1]
+    e = self.embed(ids)
+    if cfg.spec.input == "sinusoidal":
+      e = e + positional.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+    elif hasattr(self, "pos_table"):
+      if seq_len > cfg.max_len:
+        raise ValueError(
+            f"sequence length {seq_len} exceeds max_len {cfg.max_len} of the "
+            f"learned position table")
+      e = e + self.pos_table[...][:seq_len]
+    return e
+
+  def attention_mask(self, ids: jax.Array) -> Optional[jax.Array]:
+    """Boolean ``[batch, 1, q, k]`` mask (None if nothing is masked)."""
+    cfg = self.cfg
+    seq_len = ids.shape[1]
+    mask = None
+    if cfg.mask_padding:
+      mask = (ids != PAD_ID)[:, None, None, :]
+    if cfg.causal:
+      causal = jnp.tril(jnp.ones((seq_len, seq_len), bool))[None, None]
+      mask = causal if mask is None else mask & causal
+    return mask
+
+  def alibi(self, seq_len: int) -> Optional[jax.Array]:
+    cfg = self.cfg
+    if cfg.spec.bias != "alibi":
+      return None
+    slopes = (positional.alibi_slopes_paper(cfg.num_heads) if cfg.faithful
+              else positional.alibi_slopes(cfg.num_heads))
+    return positional.alibi_bias(seq_len, slopes, causal=cfg.causal)
+
+  def __call__(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
+               head_mask: Optional[jax.Array] = None) -> jax.Array:
+    """Class logits ``[batch, num_classes]``.
+
+    Args:
+      ids: int ``[batch, seq]`` token ids, 0 = padding, ``seq <= max_len``.
+      dropout_key: PRNG key enabling dropout (training); None = deterministic.
+      head_mask: ``[num_layers, num_heads]`` output factors (1 keep, 0 ablate).
+    """
+    cfg = self.cfg
+    chex.assert_rank(ids, 2)
+    if head_mask is not None:
+      chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
+    seq_len = ids.shape[1]
+    positions = jnp.arange(seq_len)
+    e = self.embed_inputs(ids)
+    mask = self.attention_mask(ids)
+    alibi = self.alibi(seq_len)
+    x = e
+    for i, block in enumerate(self.blocks):
+      key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+      x = block(x, e, positions=positions, alibi=alibi, mask=mask,
+                head_mask=None if head_mask is None else head_mask[i], key=key)
+    if cfg.final_norm:
+      x = self.final_ln(x)
+    if cfg.mask_padding:
+      real = (ids != PAD_ID).astype(x.dtype)[..., None]
+      pooled = (x * real).sum(1) / jnp.maximum(real.sum(1), 1.0)
+    else:
+      pooled = x.mean(1)
+    return self.head(pooled)
+
+
+def init_model(cfg: ModelConfig, key: jax.Array):
+  """Returns ``(graphdef, params)``; ``params`` is a pure dict of arrays.
+
+  Works under ``jax.vmap`` over ``key`` (one parameter set per seed).
+  """
+  graphdef, state = nnx.split(TransformerClassifier(cfg, rngs=nnx.Rngs(key)))
+  return graphdef, nnx.to_pure_dict(state)
+
+
+def apply_model(graphdef, params, ids, *, dropout_key=None, head_mask=None):
+  """Pure forward pass: ``nnx.merge`` then call (for jit/vmap/grad)."""
+  model = nnx.merge(graphdef, params)
+  return model(ids, dropout_key=dropout_key, head_mask=head_mask)

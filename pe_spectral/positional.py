@@ -1,0 +1,275 @@
+"""Positional encodings as pure ``jnp`` functions, plus the PE registry.
+
+Every function here is framework-free, works under ``jax.jit`` and ``jax.vmap``
+and is the single definition of its PE: the model (``model.py``), the head
+ablation and the spectral analysis (``spectral.py``) all call these.
+
+The registry (:data:`PE_REGISTRY`) says how each ``--pe`` name enters
+attention:
+
+* ``input``  -- a table added to the token embeddings (sinusoidal, learned);
+* ``bias``   -- a per-head Toeplitz bias added to the logits (relative, ALiBi);
+* ``rotary`` -- q/k rotated by position (RoPE on all heads, on the first k heads,
+  or MLA's decoupled rotary channel);
+* a combination (``rope_sinusoidal``: the paper's code adds an input sinusoid
+  *and* rotates q/k).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "PESpec", "PE_REGISTRY", "PE_NAMES", "get_pe",
+    "sinusoidal_table", "rope_angles", "apply_rope", "alibi_slopes",
+    "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
+    "relative_offsets", "relative_bias_from_table",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class PESpec:
+  """How one positional encoding enters the model.
+
+  Attributes:
+    name: the ``--pe`` name.
+    input: ``None``, ``"sinusoidal"`` or ``"learned"`` -- a table added to the
+      token embeddings.
+    bias: ``None``, ``"relative"`` or ``"alibi"`` -- an additive logit bias.
+    rotary: ``None``, ``"all"`` (every head), ``"partial"`` (first
+      ``rope_heads`` heads) or ``"mla"`` (decoupled rotary channel of MLA).
+    description: one line for ``--help`` and reports.
+  """
+  name: str
+  input: Optional[str] = None
+  bias: Optional[str] = None
+  rotary: Optional[str] = None
+  description: str = ""
+
+  @property
+  def kinds(self) -> tuple[str, ...]:
+    """The ways this PE enters attention, e.g. ``("input", "rotary")``."""
+    out = []
+    if self.input:
+      out.append("input")
+    if self.bias:
+      out.append("bias")
+    if self.rotary:
+      out.append("rotary")
+    return tuple(out)
+
+
+PE_REGISTRY: dict[str, PESpec] = {
+    s.name: s for s in (
+        PESpec("nope", description="no positional encoding"),
+        PESpec("sinusoidal", input="sinusoidal",
+               description="fixed sinusoid added to the input (paper: absolute)"),
+        PESpec("learned", input="learned",
+               description="learned absolute table added to the input (paper: random)"),
+        PESpec("relative", bias="relative",
+               description="learned per-layer per-head scalar bias per clipped "
+               "offset (T5 log-buckets optional)"),
+        PESpec("alibi", bias="alibi",
+               description="ALiBi: -m_h |i-j| logit bias (causal variant optional)"),
+        PESpec("rope", rotary="all",
+               description="rotary on all heads, interleaved pairs"),
+        PESpec("partial_rope", rotary="partial",
+               description="rotary on the first rope_heads heads only"),
+        PESpec("rope_sinusoidal", input="sinusoidal", rotary="all",
+               description="input sinusoid + rotary (what the paper's code calls rope)"),
+        PESpec("mla", rotary="mla",
+               description="DeepSeek-style multi-head latent attention with "
+               "decoupled RoPE"),
+    )
+}
+PE_NAMES: tuple[str, ...] = tuple(PE_REGISTRY)
+
+
+def get_pe(name: str) -> PESpec:
+  """Returns the registry entry for ``name``; clear error for unknown names."""
+  try:
+    return PE_REGISTRY[name]
+  except KeyError:
+    raise ValueError(
+        f"unknown positional encoding {name!r}; valid names: "
+        f"{', '.join(PE_NAMES)}") from None
+
+
+# ----------------------------------------------------------------------------
+# Sinusoidal absolute table.
+# ----------------------------------------------------------------------------
+
+def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
+                     dtype=jnp.float32) -> jax.Array:
+  """Fixed sinusoidal table ``[num_positions, dim]`` (interleaved layout).
+
+  ``table[p, 2i] = sin(p * w_i)``, ``table[p, 2i+1] = cos(p * w_i)`` with
+  ``w_i = base ** (-2i / dim)``. For odd ``dim`` the last column is a sine.
+  The paper's 'rope' input table uses the block layout ``[sin | cos]``; it holds
+  the same values up to a fixed permutation of columns, which is a symmetry of
+  the model's initial distribution.
+  """
+  half = (dim + 1) // 2
+  pos = jnp.arange(num_positions, dtype=jnp.float32)[:, None]
+  freqs = base ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / dim)
+  angles = pos * freqs[None, :]
+  table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+  return table.reshape(num_positions, 2 * half)[:, :dim].astype(dtype)
+
+
+# ----------------------------------------------------------------------------
+# Rotary position embedding.
+# ----------------------------------------------------------------------------
+
+def rope_angles(positions: jax.Array, head_dim: int,
+                base: float = 10000.0) -> jax.Array:
+  """Angles ``positions[..., None] * base ** (-2i / head_dim)``, shape ``[..., head_dim/2]``."""
+  freqs = base ** (-2.0 * jnp.arange(head_dim // 2, dtype=jnp.float32) / head_dim)
+  return jnp.asarray(positions, jnp.float32)[..., None] * freqs
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, *,
+               base: float = 10000.0) -> jax.Array:
+  """Rotates interleaved pairs ``(2i, 2i+1)`` of ``x`` by ``positions * theta_i``.
+
+  Args:
+    x: ``[..., seq, head_dim]`` with even ``head_dim`` (any leading axes; the
+      model passes ``[batch, seq, heads, head_dim]`` with positions ``[seq, 1]``).
+    positions: integer or float positions broadcasting against ``x.shape[:-1]``.
+    base: frequency base; ``theta_i = base ** (-2i / head_dim)``.
+
+  Returns:
+    An array of ``x``'s shape and dtype. ``<apply_rope(q, m), apply_rope(k, n)>``
+    depends on positions only through ``m - n``.
+  """
+  head_dim = x.shape[-1]
+  if head_dim % 2:
+    raise ValueError(f"apply_rope needs an even head_dim, got {head_dim}")
+  angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
+  # Each angle is used by both members of its pair: repeat to [..., head_dim].
+  cos = jnp.repeat(jnp.cos(angles), 2, axis=-1).astype(x.dtype)
+  sin = jnp.repeat(jnp.sin(angles), 2, axis=-1).astype(x.dtype)
+  # (x_even, x_odd) -> (-x_odd, x_even), interleaved back into place.
+  x_pairs = x.reshape(x.shape[:-1] + (head_dim // 2, 2))
+  rotated_half = jnp.stack([-x_pairs[..., 1], x_pairs[..., 0]], axis=-1)
+  rotated_half = rotated_half.reshape(x.shape)
+  return x * cos + rotated_half * sin
+
+
+# ----------------------------------------------------------------------------
+# ALiBi.
+# ----------------------------------------------------------------------------
+
+def alibi_slopes(num_heads: int) -> jax.Array:
+  """Standard ALiBi slopes ``[num_heads]`` (Press et al.).
+
+  For a power-of-two ``H`` the slopes are ``2 ** (-8 h / H)``, ``h = 1..H``.
+  Otherwise the slopes of the closest smaller power of two ``P`` are followed by
+  every other slope of ``2P`` heads, as in the reference implementation.
+  """
+  if num_heads < 1:
+    raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+
+  def pow2(n):
+    return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+  p = 2 ** int(math.floor(math.log2(num_heads)))
+  slopes = pow2(p)
+  if p < num_heads:
+    slopes += pow2(2 * p)[0::2][: num_heads - p]
+  return jnp.asarray(slopes, jnp.float32)
+
+
+def alibi_slopes_paper(num_heads: int) -> jax.Array:
+  """The paper's code's slopes ``exp(-h / H)``, ``h = 0..H-1`` (faithful mode)."""
+  return jnp.exp(-jnp.arange(num_heads, dtype=jnp.float32) / num_heads)
+
+
+def alibi_bias(seq_len: int, slopes: jax.Array, *,
+               causal: bool = False) -> jax.Array:
+  """ALiBi bias ``[heads, seq_len, seq_len]`` (``[seq_len, seq_len]`` for a scalar slope).
+
+  ``bias[h, i, j] = -slopes[h] * |i - j|``. With ``causal=True`` the entries for
+  ``j <= i`` are the same and the entries above the diagonal are 0 (the
+  pre-mask Toeplitz form); masking future keys is the attention mask's job.
+  """
+  pos = jnp.arange(seq_len)
+  dist = jnp.abs(pos[:, None] - pos[None, :]).astype(jnp.float32)
+  if causal:
+    dist = jnp.where(pos[None, :] <= pos[:, None], dist, 0.0)
+  slopes = jnp.asarray(slopes, jnp.float32)
+  return -slopes[..., None, None] * dist
+
+
+# ----------------------------------------------------------------------------
+# Relative (T5-style) biases.
+# ----------------------------------------------------------------------------
+
+def relative_position_bucket(relative_position: jax.Array, *, num_buckets: int,
+                             max_distance: int,
+                             bidirectional: bool = True) -> jax.Array:
+  """T5 bucketing of ``relative_position = key_pos - query_pos``.
+
+  Bidirectional: half of the buckets per sign (positive offsets get the upper
+  half); within a sign, the first half of the buckets are exact offsets, the
+  rest are log-spaced up to ``max_distance`` and clamped beyond it.
+  Unidirectional: only non-positive offsets (keys in the past) are
+  distinguished; positive offsets share bucket 0.
+  Returns int32 buckets in ``[0, num_buckets)``.
+  """
+  rel = jnp.asarray(relative_position, jnp.int32)
+  ret = jnp.zeros_like(rel)
+  n = -rel
+  if bidirectional:
+    num_buckets //= 2
+    ret = ret + (n < 0).astype(jnp.int32) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  is_small = n < max_exact
+  # Guard log(0) for the small branch; it is discarded by the where below.
+  n_safe = jnp.maximum(n, 1).astype(jnp.float32)
+  val_if_large = max_exact + (
+      jnp.log(n_safe / max_exact) / math.log(max_distance / max_exact)
+      * (num_buckets - max_exact)).astype(jnp.int32)
+  val_if_large = jnp.minimum(val_if_large, num_buckets - 1)
+  return ret + jnp.where(is_small, n, val_if_large)
+
+
+def relative_offsets(seq_len: int) -> jax.Array:
+  """``[seq_len, seq_len]`` int32 matrix of ``j - i`` (key minus query)."""
+  pos = jnp.arange(seq_len, dtype=jnp.int32)
+  return pos[None, :] - pos[:, None]
+
+
+def relative_bias_from_table(table: jax.Array, seq_len: int, *,
+                             max_distance: int,
+                             num_buckets: Optional[int] = None) -> jax.Array:
+  """Relative-position logit bias ``[heads, seq_len, seq_len]`` from a table.
+
+  Args:
+    table: ``[num_entries, heads]`` learned scalars.
+    seq_len: sequence length.
+    max_distance: without buckets, offsets are clipped to
+      ``[-max_distance, max_distance]`` and ``table`` has
+      ``2 * max_distance + 1`` rows (entry ``j - i + max_distance``, the
+      paper's layout when ``max_distance = max_len - 1``). With buckets, the T5
+      ``max_distance``.
+    num_buckets: ``None`` for clipped offsets, else the T5 bucket count.
+
+  Returns:
+    ``bias[h, i, j] = table[index(j - i), h]`` -- Toeplitz in ``(i, j)``.
+  """
+  rel = relative_offsets(seq_len)
+  if num_buckets is None:
+    idx = jnp.clip(rel, -max_distance, max_distance) + max_distance
+  else:
+    idx = relative_position_bucket(rel, num_buckets=num_buckets,
+                                   max_distance=max_distance)
+  return jnp.moveaxis(table[idx], -1, 0)

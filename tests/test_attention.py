@@ -1,0 +1,84 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pe_spectral.attention import attention
+
+
+def _ref(q, k, v, bias=None, mask=None, head_mask=None):
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  b, s, h, d = q.shape
+  out = np.zeros((b, s, h, v.shape[-1]))
+  for bi in range(b):
+    for hi in range(h):
+      logits = q[bi, :, hi] @ k[bi, :, hi].T / np.sqrt(d)
+      if bias is not None:
+        logits = logits + np.broadcast_to(bias, (b, h, s, k.shape[1]))[bi, hi]
+      if mask is not None:
+        logits = np.where(np.broadcast_to(mask, (b, h, s, k.shape[1]))[bi, hi],
+                          logits, -np.inf)
+      p = np.exp(logits - logits.max(-1, keepdims=True))
+      p /= p.sum(-1, keepdims=True)
+      out[bi, :, hi] = p @ v[bi, :, hi]
+      if head_mask is not None:
+        out[bi, :, hi] *= head_mask[hi]
+  return out
+
+
+def _inputs(seed=0, b=2, s=6, h=3, d=4):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  q = jax.random.normal(ks[0], (b, s, h, d))
+  k = jax.random.normal(ks[1], (b, s, h, d))
+  v = jax.random.normal(ks[2], (b, s, h, d + 1))
+  bias = jax.random.normal(ks[3], (1, h, s, s))
+  mask = jnp.arange(s)[None, None, None, :] < jnp.asarray([4, 6])[:, None, None, None]
+  return q, k, v, bias, mask
+
+
+def test_attention_matches_float64_reference():
+  q, k, v, bias, mask = _inputs()
+  hm = jnp.asarray([1.0, 0.5, 1.0])
+  got = attention(q, k, v, bias=bias, mask=mask, head_mask=hm)
+  np.testing.assert_allclose(got, _ref(q, k, v, bias, mask, np.asarray(hm)),
+                             atol=1e-5)
+  np.testing.assert_allclose(attention(q, k, v), _ref(q, k, v), atol=1e-5)
+
+
+def test_head_mask_zero_removes_exactly_one_head():
+  q, k, v, bias, mask = _inputs(1)
+  full = attention(q, k, v, bias=bias, mask=mask)
+  abl = attention(q, k, v, bias=bias, mask=mask, head_mask=jnp.asarray([1., 0., 1.]))
+  np.testing.assert_array_equal(abl[:, :, 1], 0.0)
+  np.testing.assert_array_equal(abl[:, :, 0], full[:, :, 0])
+  np.testing.assert_array_equal(abl[:, :, 2], full[:, :, 2])
+
+
+def test_per_head_vmap_equals_batched():
+  q, k, v, bias, mask = _inputs(2)
+  bias_b = jnp.broadcast_to(bias, (2, 3, 6, 6))
+  mask_b = jnp.broadcast_to(mask, (2, 3, 6, 6))
+
+  def one_head(qh, kh, vh, bh, mh):  # qh: [b, s, d] -> lifted over heads
+    return attention(qh[:, :, None], kh[:, :, None], vh[:, :, None],
+                     bias=bh[:, None], mask=mh[:, None])[:, :, 0]
+
+  per_head = jax.vmap(one_head, in_axes=(2, 2, 2, 1, 1), out_axes=2)(
+      q, k, v, bias_b, mask_b)
+  np.testing.assert_allclose(per_head, attention(q, k, v, bias=bias, mask=mask),
+                             atol=1e-6)
+
+
+def test_jit_equals_nojit():
+  q, k, v, bias, mask = _inputs(3)
+  f = lambda *a: attention(*a, bias=bias, mask=mask)
+  np.testing.assert_allclose(jax.jit(f)(q, k, v), f(q, k, v), atol=1e-6)
+
+
+def test_dropout_is_keyed_and_off_without_key():
+  q, k, v, _, _ = _inputs(4)
+  a = attention(q, k, v, dropout_rate=0.5, dropout_key=jax.random.key(0))
+  b = attention(q, k, v, dropout_rate=0.5, dropout_key=jax.random.key(0))
+  np.testing.assert_array_equal(a, b)
+  assert float(jnp.abs(a - attention(q, k, v)).max()) > 1e-3
+  np.testing.assert_array_equal(attention(q, k, v, dropout_rate=0.5),
+                                attention(q, k, v))

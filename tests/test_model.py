@@ -1,0 +1,183 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from pe_spectral import positional as P
+from pe_spectral.attention import MultiHeadAttention
+from pe_spectral.model import PRESETS, ModelConfig, apply_model, init_model
+
+TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, mla_latent_dim=8,
+            mla_rope_dim=4)
+
+
+def _cfg(pe, **kw):
+  return ModelConfig(pe=pe, **{**TINY, **kw})
+
+
+def _ids(key, b=3, s=10, lengths=(10, 7, 4)):
+  ids = jax.random.randint(key, (b, s), 1, TINY["vocab_size"])
+  return jnp.where(jnp.arange(s)[None] < jnp.asarray(lengths)[:, None], ids, 0)
+
+
+@pytest.mark.parametrize("faithful", [False, True])
+@pytest.mark.parametrize("pe", P.PE_NAMES)
+def test_every_pe_forward_backward_finite(pe, faithful):
+  cfg = _cfg(pe, faithful=faithful, rope_heads=1)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1))
+
+  def loss(p):
+    logits = apply_model(graphdef, p, ids, dropout_key=jax.random.key(2))
+    return jax.nn.logsumexp(logits, -1).mean()
+
+  val, grads = jax.value_and_grad(loss)(params)
+  assert np.isfinite(float(val))
+  leaves = jax.tree.leaves(grads)
+  assert all(bool(jnp.isfinite(g).all()) for g in leaves)
+  assert any(float(jnp.abs(g).max()) > 0 for g in leaves)
+
+
+@pytest.mark.parametrize("faithful", [False, True])
+@pytest.mark.parametrize("pe", [p for p in P.PE_NAMES if p != "nope"])
+def test_every_pe_makes_output_depend_on_order(pe, faithful):
+  """A PE that is the identity (or zero) would leave a NoPE-like model order-blind."""
+  cfg = _cfg(pe, faithful=faithful, rope_heads=1, dropout=0.0)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1), lengths=(10, 10, 10))
+  perm = jax.random.permutation(jax.random.key(5), 10)
+  a = apply_model(graphdef, params, ids)
+  b = apply_model(graphdef, params, ids[:, perm])
+  assert float(jnp.abs(a - b).max()) > 1e-5
+
+
+@pytest.mark.parametrize("faithful", [False, True])
+def test_nope_is_permutation_invariant(faithful):
+  cfg = _cfg("nope", faithful=faithful)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1), lengths=(10, 10, 10))
+  perm = jax.random.permutation(jax.random.key(5), 10)
+  np.testing.assert_allclose(apply_model(graphdef, params, ids[:, perm]),
+                             apply_model(graphdef, params, ids), atol=2e-5)
+
+
+@pytest.mark.parametrize("pe", P.PE_NAMES)
+def test_clean_mode_ignores_extra_padding(pe):
+  cfg = _cfg(pe, rope_heads=1)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1), s=10)
+  padded = jnp.pad(ids, ((0, 0), (0, 6)))
+  np.testing.assert_allclose(apply_model(graphdef, params, padded),
+                             apply_model(graphdef, params, ids), atol=2e-5)
+
+
+def test_faithful_mode_sees_padding():
+  """The paper's model neither masks nor excludes pads (PROTOCOL §5.4)."""
+  cfg = _cfg("rope", faithful=True)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1), s=10)
+  padded = jnp.pad(ids, ((0, 0), (0, 6)))
+  diff = apply_model(graphdef, params, padded) - apply_model(graphdef, params, ids)
+  assert float(jnp.abs(diff).max()) > 1e-4
+
+
+def _block_oracle(block, x, kv_input):
+  """x + attn(LN1 x, kv) then the ReLU FFN, written out by hand."""
+  pos = jnp.arange(x.shape[1])
+  h = block.ln1(x)
+  kv = h if kv_input is None else kv_input
+  x = x + block.attn(h, kv, positions=pos)
+  return x + block.ff2(jax.nn.relu(block.ff1(block.ln2(x))))
+
+
+@pytest.mark.parametrize("faithful", [False, True])
+def test_block_keys_values_source(faithful):
+  """Faithful: K/V of every layer come from the input embeddings E (PROTOCOL §2.1)."""
+  cfg = _cfg("rope", faithful=faithful, dropout=0.0)
+  model = nnx.merge(*init_model(cfg, jax.random.key(0)))
+  ids = _ids(jax.random.key(1), lengths=(10, 10, 10))
+  e = model.embed_inputs(ids)
+  x = jax.random.normal(jax.random.key(2), e.shape)
+  block = model.blocks[1]
+  got = block(x, e, positions=jnp.arange(10), alibi=None, mask=None,
+              head_mask=None, key=None)
+  want = _block_oracle(block, x, e if faithful else None)
+  other = _block_oracle(block, x, None if faithful else e)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  assert float(jnp.abs(want - other).max()) > 1e-3
+
+
+def test_partial_rope_leaves_other_heads_bit_identical():
+  rngs = nnx.Rngs(0)
+  mha = MultiHeadAttention(16, 4, rope_heads=1, rngs=rngs)
+  x = jax.random.normal(jax.random.key(1), (2, 9, 16))
+  pos = jnp.arange(9)
+  q1, k1 = mha.project_qk(x, x, pos)
+  mha.rope_heads = 0
+  q0, k0 = mha.project_qk(x, x, pos)
+  np.testing.assert_array_equal(q1[:, :, 1:], q0[:, :, 1:])
+  np.testing.assert_array_equal(k1[:, :, 1:], k0[:, :, 1:])
+  assert float(jnp.abs(q1[:, :, 0] - q0[:, :, 0]).max()) > 1e-3
+
+
+@pytest.mark.parametrize("faithful", [False, True])
+def test_partial_rope_zero_heads_equals_nope(faithful):
+  ids = _ids(jax.random.key(1))
+  outs = []
+  for pe in ("partial_rope", "nope"):
+    cfg = _cfg(pe, rope_heads=0, faithful=faithful)
+    outs.append(apply_model(*init_model(cfg, jax.random.key(0)), ids))
+  np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_rope_equals_partial_rope_all_heads():
+  ids = _ids(jax.random.key(1))
+  a = apply_model(*init_model(_cfg("rope"), jax.random.key(0)), ids)
+  b = apply_model(*init_model(_cfg("partial_rope", rope_heads=2),
+                              jax.random.key(0)), ids)
+  np.testing.assert_array_equal(a, b)
+
+
+def test_head_mask_all_ones_is_identity_and_zero_changes_output():
+  cfg = _cfg("rope")
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids(jax.random.key(1))
+  base = apply_model(graphdef, params, ids)
+  ones = jnp.ones((cfg.num_layers, cfg.num_heads))
+  np.testing.assert_array_equal(apply_model(graphdef, params, ids, head_mask=ones),
+                                base)
+  abl = apply_model(graphdef, params, ids, head_mask=ones.at[0, 1].set(0.0))
+  assert float(jnp.abs(abl - base).max()) > 1e-5
+
+
+def test_paper_parameter_counts():
+  """Parameter counts of the paper's PyTorch models (PROTOCOL.md §2)."""
+  want = {"nope": 3457086, "rope_sinusoidal": 3457086, "relative": 3481566,
+          "learned": 3489854, "mla": 3324478}
+  for pe, n in want.items():
+    cfg = ModelConfig(pe=pe, faithful=True, **PRESETS["paper"])
+    shapes = jax.eval_shape(lambda: init_model(cfg, jax.random.key(0))[1])
+    assert sum(x.size for x in jax.tree.leaves(shapes)) == n, pe
+
+
+def test_learned_table_too_short_raises():
+  cfg = _cfg("learned")
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  with pytest.raises(ValueError, match="exceeds max_len"):
+    apply_model(graphdef, params, jnp.ones((1, cfg.max_len + 1), jnp.int32))
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(pe="rotary"), "valid names: nope"),
+    (dict(d_model=30, num_heads=4), "divisible"),
+    (dict(pe="rope", d_model=12, num_heads=4), "even head_dim"),
+    (dict(pe="partial_rope", rope_heads=5, num_heads=2), "rope_heads"),
+    (dict(pe="partial_rope", rope_heads=-1), "rope_heads"),
+    (dict(pe="mla", mla_latent_dim=0), "latent dims"),
+    (dict(pe="mla", mla_rope_dim=-2), "latent dims"),
+    (dict(num_layers=0), "num_layers"),
+])
+def test_bad_config_raises(kw, msg):
+  with pytest.raises(ValueError, match=msg):
+    ModelConfig(**{**TINY, **kw})

@@ -1,0 +1,171 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import positional as P
+
+
+def _rope_oracle(x, positions, base=10000.0):
+  """Explicit float64 block-rotation matrices."""
+  x = np.asarray(x, np.float64)
+  d = x.shape[-1]
+  out = np.empty_like(x)
+  for idx in np.ndindex(x.shape[:-1]):
+    p = float(np.broadcast_to(positions, x.shape[:-1])[idx])
+    r = np.zeros((d, d))
+    for i in range(d // 2):
+      a = p * base ** (-2.0 * i / d)
+      r[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[math.cos(a), -math.sin(a)],
+                                            [math.sin(a), math.cos(a)]]
+    out[idx] = r @ x[idx]
+  return out
+
+
+def test_rope_matches_rotation_matrix_oracle():
+  x = jax.random.normal(jax.random.key(0), (2, 9, 3, 8))
+  pos = jnp.arange(9)[:, None] * 3 + 1
+  got = P.apply_rope(x, pos)
+  assert got.shape == x.shape and got.dtype == x.dtype
+  np.testing.assert_allclose(got, _rope_oracle(x, np.asarray(pos)), atol=2e-5)
+
+
+def test_rope_preserves_norms_and_dtype():
+  x = jax.random.normal(jax.random.key(1), (7, 16))
+  y = P.apply_rope(x, jnp.arange(7) * 11)
+  np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1),
+                             jnp.linalg.norm(x, axis=-1), rtol=1e-5)
+  assert P.apply_rope(x.astype(jnp.bfloat16), jnp.arange(7)).dtype == jnp.bfloat16
+
+
+def test_rope_scores_depend_only_on_offset():
+  kq, kk = jax.random.split(jax.random.key(2))
+  q = jax.random.normal(kq, (12, 16))
+  k = jax.random.normal(kk, (12, 16))
+  pos = jnp.arange(12)
+
+  def logits(shift):
+    return P.apply_rope(q, pos + shift) @ P.apply_rope(k, pos + shift).T
+
+  base = logits(0)
+  np.testing.assert_allclose(logits(37), base, atol=1e-4)
+  np.testing.assert_allclose(logits(500), base, atol=2e-4)
+  # ...and RoPE actually does something: not the unrotated logits.
+  assert float(jnp.abs(base - q @ k.T).max()) > 0.1
+
+
+def test_rope_odd_head_dim_rejected():
+  with pytest.raises(ValueError, match="even"):
+    P.apply_rope(jnp.ones((3, 5)), jnp.arange(3))
+
+
+def test_sinusoidal_table_layout():
+  t = np.asarray(P.sinusoidal_table(10, 8))
+  for p in range(10):
+    for i in range(4):
+      w = 10000.0 ** (-2 * i / 8)
+      assert t[p, 2 * i] == pytest.approx(math.sin(p * w), abs=1e-6)
+      assert t[p, 2 * i + 1] == pytest.approx(math.cos(p * w), abs=1e-6)
+
+
+def test_alibi_slopes_standard():
+  np.testing.assert_allclose(P.alibi_slopes(8), [2 ** -(i + 1) for i in range(8)],
+                             rtol=1e-6)
+  # Non-power-of-two: 4 slopes of H=4 then every other slope of H=8.
+  s4 = [2 ** (-8 * (i + 1) / 4) for i in range(4)]
+  s8 = [2 ** (-8 * (i + 1) / 8) for i in range(8)]
+  np.testing.assert_allclose(P.alibi_slopes(6), s4 + s8[0::2][:2], rtol=1e-6)
+  np.testing.assert_allclose(P.alibi_slopes_paper(4), np.exp(-np.arange(4) / 4),
+                             rtol=1e-6)
+
+
+def _is_toeplitz(m):
+  m = np.asarray(m)
+  return all(np.allclose(np.diagonal(m, k), np.diagonal(m, k)[0])
+             for k in range(-m.shape[0] + 1, m.shape[1]))
+
+
+def test_alibi_bias_values_toeplitz_and_causal():
+  slopes = P.alibi_slopes(4)
+  b = np.asarray(P.alibi_bias(7, slopes))
+  i, j = np.meshgrid(np.arange(7), np.arange(7), indexing="ij")
+  for h in range(4):
+    np.testing.assert_allclose(b[h], -float(slopes[h]) * np.abs(i - j), rtol=1e-6)
+    assert _is_toeplitz(b[h])
+  bc = np.asarray(P.alibi_bias(7, slopes, causal=True))
+  np.testing.assert_array_equal(bc[:, j <= i], b[:, j <= i])
+  np.testing.assert_array_equal(bc[:, j > i], 0.0)
+
+
+def _t5_bucket_oracle(rel, num_buckets, max_distance, bidirectional=True):
+  """Scalar port of T5's reference bucketing."""
+  ret = 0
+  n = -rel
+  if bidirectional:
+    num_buckets //= 2
+    if n < 0:
+      ret += num_buckets
+    n = abs(n)
+  else:
+    n = max(n, 0)
+  max_exact = num_buckets // 2
+  if n < max_exact:
+    return ret + n
+  val = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact)
+                        * (num_buckets - max_exact))
+  return ret + min(val, num_buckets - 1)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_buckets_match_reference(bidirectional):
+  rel = np.arange(-600, 601)
+  got = np.asarray(P.relative_position_bucket(
+      jnp.asarray(rel), num_buckets=32, max_distance=128,
+      bidirectional=bidirectional))
+  want = [_t5_bucket_oracle(int(r), 32, 128, bidirectional) for r in rel]
+  np.testing.assert_array_equal(got, want)
+
+
+def test_t5_bucket_hand_table():
+  # num_buckets=8 bidirectional: 4 per sign, 2 exact, then log-spaced to 16.
+  rel = jnp.asarray([0, -1, -2, -3, -4, -8, -16, -100, 1, 2, 5, 100])
+  got = P.relative_position_bucket(rel, num_buckets=8, max_distance=16)
+  np.testing.assert_array_equal(got, [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 6, 7])
+
+
+def test_relative_bias_is_toeplitz():
+  table = jax.random.normal(jax.random.key(0), (2 * 5 + 1, 3))
+  b = P.relative_bias_from_table(table, 9, max_distance=5)
+  assert b.shape == (3, 9, 9)
+  for h in range(3):
+    assert _is_toeplitz(b[h])
+    # entry (i, j) uses offset j - i clipped to [-5, 5]
+    assert float(b[h, 0, 8]) == float(table[5 + 5, h])
+    assert float(b[h, 4, 2]) == float(table[-2 + 5, h])
+  bt = P.relative_bias_from_table(jax.random.normal(jax.random.key(1), (8, 2)), 20,
+                                  max_distance=16, num_buckets=8)
+  for h in range(2):
+    assert _is_toeplitz(bt[h])
+
+
+def test_registry_and_unknown_name():
+  assert set(P.PE_NAMES) == {"nope", "sinusoidal", "learned", "relative", "alibi",
+                             "rope", "partial_rope", "rope_sinusoidal", "mla"}
+  assert P.get_pe("rope_sinusoidal").kinds == ("input", "rotary")
+  assert P.get_pe("alibi").kinds == ("bias",)
+  with pytest.raises(ValueError, match="valid names: nope"):
+    P.get_pe("rotary")
+
+
+def test_pe_functions_jit_and_vmap():
+  x = jax.random.normal(jax.random.key(3), (4, 6, 8))
+  pos = jnp.arange(6)
+  np.testing.assert_allclose(jax.jit(P.apply_rope)(x, pos), P.apply_rope(x, pos),
+                             atol=1e-6)
+  per = jax.vmap(lambda xi: P.apply_rope(xi, pos))(x)
+  np.testing.assert_allclose(per, P.apply_rope(x, pos), atol=1e-6)
+  slopes = jnp.asarray([0.5, 0.25])
+  batched = jax.vmap(lambda s: P.alibi_bias(5, s))(slopes)
+  np.testing.assert_allclose(batched, P.alibi_bias(5, slopes), atol=0)
