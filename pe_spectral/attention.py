@@ -102,11 +102,20 @@ def torch_linear_init(fan_in: int):
 
 
 def torch_linear(in_features: int, out_features: int, *, rngs: nnx.Rngs,
-                 use_bias: bool = True) -> nnx.Linear:
-  """An ``nnx.Linear`` initialised like ``torch.nn.Linear``."""
-  init = torch_linear_init(in_features)
-  return nnx.Linear(in_features, out_features, use_bias=use_bias,
-                    kernel_init=init, bias_init=init, rngs=rngs)
+                 use_bias: bool = True, init_scheme: str = "torch") -> nnx.Linear:
+  """An ``nnx.Linear`` initialised like ``torch.nn.Linear`` (``init_scheme="torch"``).
+
+  ``init_scheme="lecun"``: LeCun-normal kernel (std ``1/sqrt(fan_in)``), zero bias.
+  """
+  if init_scheme == "torch":
+    init = torch_linear_init(in_features)
+    return nnx.Linear(in_features, out_features, use_bias=use_bias,
+                      kernel_init=init, bias_init=init, rngs=rngs)
+  if init_scheme == "lecun":
+    return nnx.Linear(in_features, out_features, use_bias=use_bias,
+                      kernel_init=jax.nn.initializers.lecun_normal(),
+                      bias_init=jax.nn.initializers.zeros, rngs=rngs)
+  raise ValueError(f"unknown init_scheme {init_scheme!r}")
 
 
 def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
@@ -136,16 +145,16 @@ class MultiHeadAttention(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
                rope_base: float = 10000.0, attn_dropout: float = 0.0,
-               rngs: nnx.Rngs):
+               init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rope_base = rope_base
     self.attn_dropout = attn_dropout
-    self.q_proj = torch_linear(d_model, d_model, rngs=rngs)
-    self.k_proj = torch_linear(d_model, d_model, rngs=rngs)
-    self.v_proj = torch_linear(d_model, d_model, rngs=rngs)
-    self.out_proj = torch_linear(d_model, d_model, rngs=rngs)
+    lin = lambda: torch_linear(d_model, d_model, rngs=rngs,
+                               init_scheme=init_scheme)
+    self.q_proj, self.k_proj, self.v_proj, self.out_proj = (lin(), lin(), lin(),
+                                                            lin())
 
   def _heads(self, x):
     return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
@@ -190,14 +199,15 @@ class LatentAttention(nnx.Module):
   def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
                rope_dim: int, shared_rope_query: bool = False,
                paper_rotary: bool = False, rope_base: float = 10000.0,
-               rngs: nnx.Rngs):
+               init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.head_dim = d_model // num_heads
     self.rope_dim = rope_dim
     self.shared_rope_query = shared_rope_query
     self.paper_rotary = paper_rotary
     self.rope_base = rope_base
-    lin = lambda i, o: torch_linear(i, o, rngs=rngs, use_bias=False)
+    lin = lambda i, o: torch_linear(i, o, rngs=rngs, use_bias=False,
+                                    init_scheme=init_scheme)
     self.dkv_proj = lin(d_model, latent_dim)
     self.uk_proj = lin(latent_dim, d_model)
     self.uv_proj = lin(latent_dim, d_model)

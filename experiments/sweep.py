@@ -1,0 +1,181 @@
+r"""Multi-seed training sweep: all seeds of a PE in one compiled, vmapped program.
+
+  python -m experiments.sweep --pe=rope --seeds=8
+  python -m experiments.sweep --pe=nope,rope,alibi --task=count --preset=cpu
+  python -m experiments.sweep --pe=partial_rope --rope_heads=1,2 --faithful
+
+Each (PE, rope_heads) pair runs one after another into its own workdir
+(default ``runs/<task>/<pe>[-k<rope_heads>][-faithful][-<preset>]``; the
+``cpu`` preset has no suffix). Rerunning a command resumes from the last
+checkpoint; a finished run just prints its summary. Progress goes to stderr,
+the final table to stdout.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+from pe_spectral import xla_config
+
+xla_config.tune_cpu()  # must precede JAX's backend initialisation
+
+from absl import app, flags, logging  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from pe_spectral import positional  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
+                    + ", ".join(positional.PE_NAMES))
+flags.DEFINE_enum("task", "distance", ["distance", "count"], "Synthetic task.")
+flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
+flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
+flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
+flags.DEFINE_enum("preset", "cpu", list(configs.PRESET_NAMES),
+                  "Sizes: smoke (tests), cpu (default, minutes), paper (GPU).")
+flags.DEFINE_bool("faithful", False,
+                  "The paper's architecture/loss quirks (PROTOCOL.md §5).")
+flags.DEFINE_string("rope_heads", None,
+                    "partial_rope: heads with RoPE, an int or comma list.")
+flags.DEFINE_integer("epochs", None, "Override the preset's epochs.")
+flags.DEFINE_integer("steps", None, "Override the total step count.")
+flags.DEFINE_integer("batch_size", None, "Override the preset's batch size.")
+flags.DEFINE_float("learning_rate", None, "Override the preset's peak lr.")
+flags.DEFINE_integer("eval_every", None,
+                     "Steps between evaluations and checkpoints (default: 1 epoch).")
+flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only).")
+flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
+
+
+class UsageError(ValueError):
+  pass
+
+
+def _int_list(text: str, name: str) -> list[int]:
+  try:
+    return [int(t) for t in text.split(",") if t.strip()]
+  except ValueError:
+    raise UsageError(f"--{name} must be an int or comma list of ints, got {text!r}")
+
+
+def default_workdir(task: str, pe: str, preset: str, faithful: bool,
+                    rope_heads=None) -> str:
+  name = pe
+  if pe == "partial_rope" and rope_heads is not None:
+    name += f"-k{rope_heads}"
+  if faithful:
+    name += "-faithful"
+  if preset != "cpu":
+    name += f"-{preset}"
+  return os.path.join("runs", task, name)
+
+
+def plan_runs():
+  """Validates every flag and returns [(RunConfig, workdir)] before any work."""
+  pes = [p.strip() for p in FLAGS.pe.split(",") if p.strip()]
+  if not pes:
+    raise UsageError("--pe is empty")
+  for p in pes:
+    if p not in positional.PE_REGISTRY:
+      raise UsageError(f"unknown --pe {p!r}; valid: {', '.join(positional.PE_NAMES)}")
+  if FLAGS.seeds < 1:
+    raise UsageError(f"--seeds must be >= 1, got {FLAGS.seeds}")
+  if FLAGS.seed < 0 or FLAGS.data_seed < 0:
+    raise UsageError("--seed and --data_seed must be >= 0")
+  for name in ("epochs", "steps", "batch_size", "eval_every"):
+    val = getattr(FLAGS, name)
+    if val is not None and val < 1:
+      raise UsageError(f"--{name} must be >= 1, got {val}")
+  if FLAGS.learning_rate is not None and FLAGS.learning_rate <= 0:
+    raise UsageError("--learning_rate must be > 0")
+  heads = [None]
+  if FLAGS.rope_heads is not None:
+    if "partial_rope" not in pes:
+      raise UsageError("--rope_heads only applies to --pe=partial_rope")
+    heads = _int_list(FLAGS.rope_heads, "rope_heads")
+  runs = []
+  for pe in pes:
+    for k in (heads if pe == "partial_rope" else [None]):
+      try:
+        rc = configs.build(FLAGS.preset, FLAGS.task, pe, faithful=FLAGS.faithful,
+                           rope_heads=k, data_seed=FLAGS.data_seed,
+                           epochs=FLAGS.epochs, steps=FLAGS.steps,
+                           batch_size=FLAGS.batch_size,
+                           learning_rate=FLAGS.learning_rate)
+      except ValueError as e:
+        raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
+      workdir = FLAGS.workdir or default_workdir(
+          FLAGS.task, pe, FLAGS.preset, FLAGS.faithful, rc.model.rope_heads
+          if pe == "partial_rope" else None)
+      runs.append((rc, workdir))
+  if FLAGS.workdir and len(runs) > 1:
+    raise UsageError("--workdir names one run; drop it to use one default "
+                     "workdir per PE")
+  for _, workdir in runs:
+    _check_writable(workdir)
+  return runs
+
+
+def _check_writable(workdir: str) -> None:
+  """Fails early for an unwritable workdir, leaving nothing behind."""
+  probe = os.path.abspath(workdir)
+  while not os.path.exists(probe):
+    parent = os.path.dirname(probe)
+    if parent == probe:
+      break
+    probe = parent
+  try:
+    # Permission bits do not stop root: really create (and remove) a directory.
+    shutil.rmtree(tempfile.mkdtemp(prefix=".write-probe-", dir=probe))
+  except OSError as e:
+    raise UsageError(f"--workdir {workdir!r} is not writable ({probe}: "
+                     f"{e.strerror or e})") from None
+
+
+def _progress(tag: str):
+  def show(p: dict) -> None:
+    eta = p["eta_s"]
+    print(f"[{tag}] step {p['step']}/{p['total']}  loss {p['loss_mean']:.4f} ± "
+          f"{p['loss_std']:.4f}  test acc {100 * p['test_accuracy_mean']:.2f}%  "
+          f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
+          f"{p['steps_per_s']:.2f} steps/s  ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+          file=sys.stderr, flush=True)
+  return show
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  try:
+    runs = plan_runs()
+  except UsageError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  from pe_spectral import runner  # noqa: E402  (imports JAX)
+  seeds = list(range(FLAGS.seed, FLAGS.seed + FLAGS.seeds))
+  rows = []
+  for rc, workdir in runs:
+    tag = os.path.relpath(workdir)
+    print(f"[{tag}] {rc.model.pe} on {rc.task.name}, preset {rc.preset}, "
+          f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
+          flush=True)
+    try:
+      s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
+                     resume=FLAGS.resume, progress=_progress(tag))
+    except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 1
+    rows.append((tag, s))
+  print(f"\n{'run':<34} {'test acc (mean ± std)':>22}  per-seed test accuracy (%)")
+  for tag, s in rows:
+    per = " ".join(f"{100 * a:.1f}" for a in s["test_accuracy"])
+    print(f"{tag:<34} {100 * s['test_accuracy_mean']:>12.2f} ± "
+          f"{100 * s['test_accuracy_std']:<6.2f}  {per}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,199 @@
+"""A whole multi-seed run: data, chunked training, evaluation, checkpoints, files.
+
+Workdir layout (everything a table or plot shows is read from these files):
+
+* ``config.json``   -- the full configuration (model, task, train, seeds, eval_every);
+* ``metrics.jsonl`` -- one JSON object per evaluation, per-seed values;
+* ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state;
+* ``summary.json``  -- final per-seed accuracies and their mean/std;
+* ``accuracy.png``  -- train/test accuracy curves (mean ± std over seeds).
+
+Rerunning the same command resumes from the last checkpoint and reproduces the
+uninterrupted run exactly (batch order and dropout are functions of
+(seed, step)); a finished run is not retrained. Only process 0 writes files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pe_spectral import plotting, tasks
+from pe_spectral.checkpoint import Checkpointer
+from pe_spectral.train import Trainer, seed_mesh
+
+__all__ = ["run", "NonFiniteLossError", "ConfigMismatchError", "read_jsonl",
+           "write_json"]
+
+
+class NonFiniteLossError(RuntimeError):
+  """Raised when a chunk produced a NaN/Inf loss; the last good checkpoint stays."""
+
+
+class ConfigMismatchError(RuntimeError):
+  """The workdir holds a run with different settings."""
+
+
+def write_json(path: str, obj) -> None:
+  """Atomic JSON write (temp file + rename): never a half-written file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+  keys = sorted(set(a) | set(b))
+  out = []
+  for k in keys:
+    va, vb = a.get(k), b.get(k)
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += _config_diff(va, vb, f"{prefix}{k}.")
+    elif va != vb:
+      out.append(f"{prefix}{k}: {va!r} -> {vb!r}")
+  return out
+
+
+def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
+        resume: bool = True, max_to_keep: int = 2,
+        progress: Optional[Callable[[dict], None]] = None) -> dict:
+  """Trains ``len(seeds)`` models of ``rc`` (an ``experiments.configs.RunConfig``).
+
+  Args:
+    rc: model/task/train configuration.
+    seeds: init/batch-order seeds; all run in one compiled program.
+    workdir: output directory (created).
+    eval_every: steps between evaluations/checkpoints (default: one epoch).
+    resume: continue from ``workdir``'s last checkpoint if present; False
+      discards an earlier run in ``workdir``.
+    progress: called after each evaluation with a dict of progress fields.
+
+  Returns:
+    The summary dict (also written to ``summary.json``).
+  """
+  writer = jax.process_index() == 0
+  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
+  t_start = time.time()
+  data = tasks.generate(rc.task)
+  num_train = data.train_ids.shape[0]
+  mesh = seed_mesh(len(seeds))
+  trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh)
+  total = trainer.total_steps
+  eval_every = eval_every or trainer.steps_per_epoch
+  config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,
+            "total_steps": total, "steps_per_epoch": trainer.steps_per_epoch}
+
+  paths = {k: os.path.join(workdir, v) for k, v in dict(
+      config="config.json", metrics="metrics.jsonl", summary="summary.json",
+      plot="accuracy.png", ckpt="ckpt").items()}
+  if os.path.exists(paths["config"]):
+    with open(paths["config"]) as f:
+      old = json.load(f)
+    if resume and old != config:
+      raise ConfigMismatchError(
+          f"{workdir} holds a run with different settings ("
+          + "; ".join(_config_diff(old, config)[:6])
+          + "); pass --noresume to overwrite it or choose another --workdir")
+    if not resume and writer:
+      for key in ("metrics", "summary", "plot"):
+        if os.path.exists(paths[key]):
+          os.remove(paths[key])
+      shutil.rmtree(paths["ckpt"], ignore_errors=True)
+  if writer:
+    os.makedirs(workdir, exist_ok=True)
+    write_json(paths["config"], config)
+
+  keys = trainer.shard(trainer.seed_keys(seeds))
+  train_ids, train_labels = trainer.replicate((data.train_ids, data.train_labels))
+  test_ids, test_labels = trainer.replicate((data.test_ids, data.test_labels))
+  n_sub = min(rc.train.train_eval_examples, num_train)
+  sub_ids, sub_labels = train_ids[:n_sub], train_labels[:n_sub]
+
+  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep)
+  try:
+    step, elapsed = 0, 0.0
+    latest = ckpt.latest_step() if resume else None
+    if latest is not None:
+      states, meta = ckpt.restore(latest, trainer.abstract_state(len(seeds)))
+      step, elapsed = int(meta["step"]), float(meta["elapsed"])
+      records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
+    else:
+      states = trainer.init(keys)
+      records = []
+    if writer:  # drop evaluations past the checkpoint (they will be redone)
+      with open(paths["metrics"] + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+      os.replace(paths["metrics"] + ".tmp", paths["metrics"])
+
+    while step < total:
+      t0 = time.time()
+      k = min(eval_every, total - step)
+      states, losses = trainer.train_chunk(states, keys, train_ids, train_labels, k)
+      losses = np.asarray(losses)  # [seeds, k]
+      if not np.isfinite(losses).all():
+        bad = [s for s, ok in zip(seeds, np.isfinite(losses).all(1)) if not ok]
+        raise NonFiniteLossError(
+            f"non-finite loss between steps {step} and {step + k} for seeds {bad}; "
+            f"stopping. The last good checkpoint (step "
+            f"{ckpt.latest_step()}) is kept in {paths['ckpt']}")
+      step += k
+      test_acc, test_loss = trainer.evaluate(states, test_ids, test_labels)
+      train_acc, _ = trainer.evaluate(states, sub_ids, sub_labels)
+      dt = time.time() - t0
+      elapsed += dt
+      rec = {"step": step, "epoch": step / trainer.steps_per_epoch,
+             "train_loss": losses.mean(1).tolist(),
+             "test_loss": np.asarray(test_loss).tolist(),
+             "test_accuracy": np.asarray(test_acc).tolist(),
+             "train_accuracy": np.asarray(train_acc).tolist(),
+             "elapsed": elapsed}
+      records.append(rec)
+      if writer:
+        with open(paths["metrics"], "a") as f:
+          f.write(json.dumps(rec) + "\n")
+      ckpt.save(step, states, {"step": step, "elapsed": elapsed})
+      if kill_at == step:  # fault injection for the resume test (SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+      if progress:
+        progress({"step": step, "total": total, "steps_per_s": k / dt,
+                  "eta_s": (total - step) * dt / k,
+                  "loss_mean": float(losses.mean()),
+                  "loss_std": float(losses.mean(1).std()),
+                  "test_accuracy_mean": float(np.mean(test_acc)),
+                  "train_accuracy_mean": float(np.mean(train_acc))})
+  finally:
+    ckpt.close()  # awaits the asynchronous save
+
+  last = records[-1]
+  test = np.asarray(last["test_accuracy"])
+  summary = {
+      "pe": rc.model.pe, "task": rc.task.name, "preset": rc.preset,
+      "faithful": rc.model.faithful, "rope_heads": rc.model.rope_heads,
+      "seeds": list(seeds), "steps": total,
+      "test_accuracy": test.tolist(), "test_accuracy_mean": float(test.mean()),
+      "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,
+      "train_accuracy": last["train_accuracy"],
+      "wall_seconds": last["elapsed"],
+      "session_wall_seconds": time.time() - t_start,
+  }
+  if writer:
+    write_json(paths["summary"], summary)
+    title = f"{rc.task.name} / {rc.model.pe}" + (" (faithful)" if rc.model.faithful
+                                                 else "")
+    plotting.accuracy_curves(records, paths["plot"], title)
+  return summary

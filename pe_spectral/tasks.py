@@ -1,0 +1,193 @@
+"""The paper's two synthetic tasks as jitted, key-driven generators.
+
+* ``distance`` (Task 1): ``left + [A] + middle + [B] + right``, cut to
+  ``seq_len`` tokens; label = len(middle) + 1. Each segment is drawn without
+  replacement *within the segment* from all non-pad ids; the triggers A, B may
+  recur as fillers (as in the paper), so a few labels are ambiguous.
+* ``count`` (Task 2): ``k ~ U{0..count_max}`` trigger tokens (with replacement
+  among ``num_triggers`` fixed ids) mixed with ``seq_len - k`` non-trigger
+  fillers (with replacement), shuffled; label = k.
+
+The vocabulary is integer ids ``1..vocab_size-1`` (a word-level stand-in for
+the paper's 574-entry tokenizer; PROTOCOL.md §1.1), 0 is padding. Triggers are
+fixed by ``data_seed``; the dataset and its 70/30 split too.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["TaskConfig", "Dataset", "generate", "TASKS"]
+
+TASKS = ("distance", "count")
+_CHUNK = 8192  # examples per jitted generator call (bounds memory)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+  """Every knob of a task. Defaults are the paper's Task 1 (``distance``)."""
+  name: str = "distance"
+  vocab_size: int = 574
+  num_examples: int = 100_000
+  seq_len: int = 120      # sentences are cut to this many tokens
+  max_len: int = 128      # and right-padded with 0 to this length
+  side_min: int = 1       # distance: left/right segment lengths
+  side_max: int = 25
+  mid_min: int = 1        # distance: middle segment length
+  mid_max: int = 70
+  num_triggers: int = 30  # count: trigger ids
+  count_max: int = 100    # count: k ~ U{0..count_max}
+  train_frac: float = 0.7
+  data_seed: int = 0
+
+  def __post_init__(self):
+    if self.name not in TASKS:
+      raise ValueError(f"unknown task {self.name!r}; valid: {', '.join(TASKS)}")
+    if self.num_examples < 2:
+      raise ValueError("num_examples must be >= 2")
+    if not 0.0 < self.train_frac < 1.0:
+      raise ValueError("train_frac must be in (0, 1)")
+    if self.seq_len > self.max_len:
+      raise ValueError(f"seq_len ({self.seq_len}) exceeds max_len ({self.max_len})")
+    fillers = self.vocab_size - 1
+    if self.name == "distance":
+      if not 0 <= self.side_min <= self.side_max:
+        raise ValueError("need 0 <= side_min <= side_max")
+      if not 0 <= self.mid_min <= self.mid_max:
+        raise ValueError("need 0 <= mid_min <= mid_max")
+      if max(self.side_max, self.mid_max) > fillers:
+        raise ValueError("segments are drawn without replacement: segment "
+                         "lengths must not exceed vocab_size - 1")
+      if self.side_max + self.mid_max + 2 > self.seq_len:
+        raise ValueError(
+            f"the second trigger could be cut off: side_max + mid_max + 2 = "
+            f"{self.side_max + self.mid_max + 2} > seq_len = {self.seq_len}")
+      if fillers < 2:
+        raise ValueError("vocab_size must be >= 3")
+    else:
+      if self.count_max > self.seq_len:
+        raise ValueError("count_max must be <= seq_len")
+      if not 1 <= self.num_triggers < fillers:
+        raise ValueError("need 1 <= num_triggers < vocab_size - 1")
+
+  @property
+  def label_min(self) -> int:
+    return self.mid_min + 1 if self.name == "distance" else 0
+
+  @property
+  def label_max(self) -> int:
+    return self.mid_max + 1 if self.name == "distance" else self.count_max
+
+  @property
+  def num_labels(self) -> int:
+    return self.label_max - self.label_min + 1
+
+  @property
+  def num_train(self) -> int:
+    return int(self.train_frac * self.num_examples)
+
+  def replace(self, **kw) -> "TaskConfig":
+    return dataclasses.replace(self, **kw)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """Generated data (device arrays). ``labels`` are raw task labels."""
+  train_ids: jax.Array     # int32 [num_train, max_len]
+  train_labels: jax.Array  # int32 [num_train]
+  test_ids: jax.Array
+  test_labels: jax.Array
+  triggers: jax.Array      # int32 [2] or [num_triggers]
+
+
+def _segment(key, length_key, lo, hi, width, fillers):
+  """Length ~ U{lo..hi} and ``width`` distinct filler ids (only the prefix is used)."""
+  n = jax.random.randint(length_key, (), lo, hi + 1)
+  # Distinct ids: the top-`width` of iid uniforms is a uniform draw without
+  # replacement; fillers are ids 1..vocab-1.
+  _, idx = jax.lax.top_k(jax.random.uniform(key, (fillers,)), width)
+  return n, idx.astype(jnp.int32) + 1
+
+
+def _distance_example(key, cfg: TaskConfig, triggers):
+  ks = jax.random.split(key, 6)
+  fillers = cfg.vocab_size - 1
+  nl, left = _segment(ks[0], ks[1], cfg.side_min, cfg.side_max,
+                      max(cfg.side_max, 1), fillers)
+  nm, mid = _segment(ks[2], ks[3], cfg.mid_min, cfg.mid_max,
+                     max(cfg.mid_max, 1), fillers)
+  nr, right = _segment(ks[4], ks[5], cfg.side_min, cfg.side_max,
+                       max(cfg.side_max, 1), fillers)
+  p = jnp.arange(cfg.max_len)
+  a_pos = nl
+  b_pos = nl + 1 + nm
+  end = jnp.minimum(b_pos + 1 + nr, cfg.seq_len)
+  take = lambda seg, i: seg[jnp.clip(i, 0, seg.shape[0] - 1)]
+  tok = jnp.where(p < a_pos, take(left, p), 0)
+  tok = jnp.where(p == a_pos, triggers[0], tok)
+  tok = jnp.where((p > a_pos) & (p < b_pos), take(mid, p - a_pos - 1), tok)
+  tok = jnp.where(p == b_pos, triggers[1], tok)
+  tok = jnp.where((p > b_pos) & (p < end), take(right, p - b_pos - 1), tok)
+  return tok.astype(jnp.int32), (nm + 1).astype(jnp.int32)
+
+
+def _count_example(key, cfg: TaskConfig, triggers, non_triggers):
+  ks = jax.random.split(key, 4)
+  k = jax.random.randint(ks[0], (), 0, cfg.count_max + 1)
+  trig = triggers[jax.random.randint(ks[1], (cfg.seq_len,), 0, triggers.shape[0])]
+  fill = non_triggers[jax.random.randint(ks[2], (cfg.seq_len,), 0,
+                                         non_triggers.shape[0])]
+  slots = jnp.where(jnp.arange(cfg.seq_len) < k, trig, fill)
+  slots = jax.random.permutation(ks[3], slots)
+  tok = jnp.zeros((cfg.max_len,), jnp.int32).at[:cfg.seq_len].set(slots)
+  return tok, k.astype(jnp.int32)
+
+
+def _triggers(key, cfg: TaskConfig):
+  n = 2 if cfg.name == "distance" else cfg.num_triggers
+  perm = jax.random.permutation(key, cfg.vocab_size - 1) + 1
+  return perm[:n].astype(jnp.int32), perm[n:].astype(jnp.int32)
+
+
+def generate(cfg: TaskConfig, *, num_examples: Optional[int] = None) -> Dataset:
+  """Generates the dataset of ``cfg`` (deterministic in ``cfg.data_seed``).
+
+  Examples are produced by a jitted ``vmap`` in chunks of 8192 (100k examples
+  take a few seconds on a CPU); the split is a seeded random 70/30 permutation.
+  """
+  n = cfg.num_examples if num_examples is None else num_examples
+  root = jax.random.key(cfg.data_seed)
+  trig_key, ex_key, split_key = (jax.random.fold_in(root, i) for i in range(3))
+  triggers, non_triggers = _triggers(trig_key, cfg)
+
+  if cfg.name == "distance":
+    one = lambda k: _distance_example(k, cfg, triggers)
+  else:
+    one = lambda k: _count_example(k, cfg, triggers, non_triggers)
+  make_chunk = jax.jit(lambda c: jax.vmap(one)(
+      jax.vmap(lambda i: jax.random.fold_in(ex_key, i))(c * _CHUNK + jnp.arange(_CHUNK))))
+
+  ids, labels = [], []
+  for c in range((n + _CHUNK - 1) // _CHUNK):
+    t, y = make_chunk(c)
+    ids.append(t)
+    labels.append(y)
+  ids = jnp.concatenate(ids)[:n]
+  labels = jnp.concatenate(labels)[:n]
+  perm = jax.random.permutation(split_key, n)
+  n_train = int(cfg.train_frac * n)
+  tr, te = perm[:n_train], perm[n_train:]
+  return Dataset(ids[tr], labels[tr], ids[te], labels[te], triggers)
+
+
+def trigger_ids(cfg: TaskConfig) -> np.ndarray:
+  """The trigger ids of ``cfg`` (same as ``generate(cfg).triggers``)."""
+  return np.asarray(_triggers(jax.random.fold_in(jax.random.key(cfg.data_seed), 0),
+                              cfg)[0])

@@ -1,0 +1,294 @@
+"""Pure training and evaluation steps, chunked and vmapped over seeds.
+
+A run is ``init`` (one parameter set per seed, ``jax.vmap`` over keys), then a
+Python loop over *chunks*: each chunk is one compiled ``lax.scan`` over K
+optimizer steps, ``jax.jit(jax.vmap(...))`` over the seed axis, so every seed
+of a sweep runs in one program. Batch order and dropout keys are functions of
+``(seed, step)`` only (``fold_in``), so a run resumed from a checkpoint replays
+exactly. With several devices the seed axis is sharded with
+``jax.make_mesh`` + ``NamedSharding``.
+
+Loss/accuracy rules (``LabelRule``):
+
+* clean: classes are the task's label range (``label - label_min``), every
+  example counts;
+* faithful (paper): the head has ``vocab_size`` outputs, class = raw label,
+  examples with label 0 are ignored in loss and accuracy -- except the paper's
+  MLA script, which counts them (PROTOCOL.md §2.3, §3).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from pe_spectral import model as model_lib
+from pe_spectral.tasks import TaskConfig
+
+__all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "Trainer",
+           "seed_mesh"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimiser and loop settings (defaults: the paper's trans.py)."""
+  learning_rate: float = 1e-4
+  b1: float = 0.98
+  b2: float = 0.9
+  eps: float = 1e-8
+  weight_decay: float = 1e-5
+  warmup_frac: float = 0.06
+  batch_size: int = 512
+  epochs: int = 100
+  steps: Optional[int] = None       # overrides epochs when set
+  eval_batch_size: int = 1024
+  train_eval_examples: int = 4096   # train accuracy: fixed subset, eval mode
+
+  def __post_init__(self):
+    if self.batch_size < 1 or self.eval_batch_size < 1:
+      raise ValueError("batch sizes must be >= 1")
+    if self.epochs < 1:
+      raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+    if self.steps is not None and self.steps < 1:
+      raise ValueError(f"steps must be >= 1, got {self.steps}")
+    if not 0.0 <= self.warmup_frac < 1.0:
+      raise ValueError("warmup_frac must be in [0, 1)")
+
+  def steps_per_epoch(self, num_train: int) -> int:
+    if self.batch_size > num_train:
+      raise ValueError(f"batch_size {self.batch_size} exceeds the "
+                       f"{num_train} training examples")
+    return num_train // self.batch_size  # the last partial batch is dropped
+
+  def total_steps(self, num_train: int) -> int:
+    if self.steps is not None:
+      return self.steps
+    return self.epochs * self.steps_per_epoch(num_train)
+
+  def replace(self, **kw) -> "TrainConfig":
+    return dataclasses.replace(self, **kw)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelRule:
+  """Maps raw task labels to (class index, counts-in-loss) pairs."""
+  num_classes: int
+  offset: int
+  ignore_zero: bool
+
+  def targets(self, labels):
+    labels = jnp.asarray(labels, jnp.int32)
+    valid = (labels != 0) if self.ignore_zero else jnp.ones_like(labels, bool)
+    return labels - self.offset, valid
+
+
+def label_rule(task: TaskConfig, model_cfg: model_lib.ModelConfig) -> LabelRule:
+  """The paper's rule in faithful mode, the clean rule otherwise."""
+  if model_cfg.faithful:
+    if model_cfg.num_classes <= task.label_max:
+      raise ValueError("faithful mode: num_classes must exceed the largest label")
+    return LabelRule(model_cfg.num_classes, 0, ignore_zero=not model_cfg.is_mla)
+  return LabelRule(task.num_labels, task.label_min, ignore_zero=False)
+
+
+def lr_schedule(cfg: TrainConfig, total_steps: int):
+  """The paper's LambdaLR: linear warm-up from 0, then cosine to 0.
+
+  ``factor(s) = s / W`` for ``s < W`` else ``0.5 (1 + cos(pi (s - W) / (T - W)))``,
+  ``W = int(warmup_frac * T)``; ``s`` counts updates from 0 (optax's count),
+  so the very first update has learning rate 0, as in the paper.
+  """
+  warmup = int(cfg.warmup_frac * total_steps)
+  decay = max(total_steps - warmup, 1)
+
+  def schedule(count):
+    s = jnp.asarray(count, jnp.float32)
+    warm = s / max(warmup, 1)
+    cos = 0.5 * (1.0 + jnp.cos(math.pi * jnp.clip(s - warmup, 0, decay) / decay))
+    return cfg.learning_rate * jnp.where(s < warmup, warm, cos)
+
+  return schedule
+
+
+def seed_mesh(num_seeds: int, devices=None) -> Optional[jax.sharding.Mesh]:
+  """A 1-D ``('seeds',)`` mesh over the largest device count dividing ``num_seeds``.
+
+  Returns None on a single device. Seeds are never padded: with 8 devices and
+  6 seeds, 6 devices are used (documented in the README).
+  """
+  devices = jax.devices() if devices is None else devices
+  n = max(d for d in range(1, len(devices) + 1) if num_seeds % d == 0)
+  if n == 1:
+    return None
+  # Auto axes: XLA propagates the seed sharding through jit/vmap/scan.
+  return jax.make_mesh((n,), ("seeds",), devices=devices[:n],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+
+
+class Trainer:
+  """Compiled, seed-vmapped training/evaluation for one (model, task, train) config.
+
+  Static configuration lives here; everything per-seed (params, optimizer
+  state, keys) is a traced array with a leading seed axis.
+  """
+
+  def __init__(self, model_cfg: model_lib.ModelConfig, task_cfg: TaskConfig,
+               train_cfg: TrainConfig, *, num_train: int, mesh=None,
+               max_chunk_traces: Optional[int] = None):
+    self.model_cfg = model_cfg
+    self.task_cfg = task_cfg
+    self.train_cfg = train_cfg
+    self.rule = label_rule(task_cfg, model_cfg)
+    if model_cfg.num_classes != self.rule.num_classes:
+      raise ValueError(
+          f"model num_classes {model_cfg.num_classes} != {self.rule.num_classes} "
+          f"required by the task's label rule")
+    self.num_train = num_train
+    self.steps_per_epoch = train_cfg.steps_per_epoch(num_train)
+    self.total_steps = train_cfg.total_steps(num_train)
+    self.schedule = lr_schedule(train_cfg, self.total_steps)
+    self.tx = optax.adamw(self.schedule, b1=train_cfg.b1, b2=train_cfg.b2,
+                          eps=train_cfg.eps, weight_decay=train_cfg.weight_decay)
+    self.graphdef = jax.eval_shape(
+        lambda: model_lib.init_model(model_cfg, jax.random.key(0)))[0]
+    self.mesh = mesh
+    chunk = self._chunk_impl
+    if max_chunk_traces is not None:  # proves one program per chunk length
+      chunk = chex.assert_max_traces(chunk, n=max_chunk_traces)
+    self._chunk = jax.jit(chunk, static_argnames="num_steps",
+                          donate_argnums=(0,))
+    self._eval = jax.jit(self._eval_impl)
+
+  # -- keys ------------------------------------------------------------------
+  @staticmethod
+  def seed_keys(seeds) -> jax.Array:
+    """One PRNG key per seed: ``[num_seeds]`` typed keys."""
+    return jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+
+  def shard(self, tree):
+    """Places a seed-leading pytree on the mesh (no-op on one device)."""
+    if self.mesh is None:
+      return tree
+    sharding = NamedSharding(self.mesh, PartitionSpec("seeds"))
+    return jax.device_put(tree, sharding)
+
+  def replicate(self, tree):
+    if self.mesh is None:
+      return tree
+    return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+
+  # -- init ------------------------------------------------------------------
+  def init_one(self, key):
+    params = model_lib.init_model(self.model_cfg, jax.random.fold_in(key, 0))[1]
+    return {"params": params, "opt_state": self.tx.init(params),
+            "step": jnp.zeros((), jnp.int32)}
+
+  def init(self, seed_keys):
+    """Per-seed train states stacked on a leading seed axis."""
+    return jax.jit(jax.vmap(self.init_one))(self.shard(seed_keys))
+
+  def abstract_state(self, num_seeds: int):
+    """Shape/dtype (and sharding) structure of ``init``'s output (for restore)."""
+    keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
+    shapes = jax.eval_shape(jax.vmap(self.init_one), keys)
+    if self.mesh is None:
+      return shapes
+    sharding = NamedSharding(self.mesh, PartitionSpec("seeds"))
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+
+  # -- steps -----------------------------------------------------------------
+  def loss_fn(self, params, ids, labels, dropout_key=None, head_mask=None):
+    """Mean CE over counted examples, and (correct, counted) tallies."""
+    logits = model_lib.apply_model(self.graphdef, params, ids,
+                                   dropout_key=dropout_key, head_mask=head_mask)
+    targets, valid = self.rule.targets(labels)
+    ce = optax.softmax_cross_entropy_with_integer_labels(
+        logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
+    w = valid.astype(jnp.float32)
+    count = w.sum()
+    loss = (ce * w).sum() / jnp.maximum(count, 1.0)
+    correct = ((jnp.argmax(logits, -1) == targets) * w).sum()
+    return loss, (correct, count)
+
+  def train_step(self, state, ids, labels, dropout_key):
+    """One AdamW update. Returns (new state, loss)."""
+    grad_fn = jax.value_and_grad(self.loss_fn, has_aux=True)
+    (loss, _), grads = grad_fn(state["params"], ids, labels, dropout_key)
+    updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    return {"params": params, "opt_state": opt_state,
+            "step": state["step"] + 1}, loss
+
+  def _chunk_one(self, state, key, train_ids, train_labels, num_steps):
+    """``num_steps`` steps of one seed, from ``state['step']``."""
+    spe, batch = self.steps_per_epoch, self.train_cfg.batch_size
+    n = train_ids.shape[0]
+    order_key = jax.random.fold_in(key, 1)
+    dropout_root = jax.random.fold_in(key, 2)
+    step0 = state["step"]
+    first_epoch = step0 // spe
+    num_epochs = num_steps // spe + 2  # epochs a chunk can touch
+    perms = jax.vmap(lambda e: jax.random.permutation(
+        jax.random.fold_in(order_key, first_epoch + e), n))(jnp.arange(num_epochs))
+
+    def body(st, _):
+      step = st["step"]
+      row = perms[step // spe - first_epoch]
+      idx = jax.lax.dynamic_slice(row, ((step % spe) * batch,), (batch,))
+      st, loss = self.train_step(st, train_ids[idx], train_labels[idx],
+                                 jax.random.fold_in(dropout_root, step))
+      return st, loss
+
+    return jax.lax.scan(body, state, None, length=num_steps)
+
+  def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
+    return jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
+        states, keys, train_ids, train_labels, num_steps)
+
+  def train_chunk(self, states, keys, train_ids, train_labels, num_steps: int):
+    """Runs ``num_steps`` steps for every seed. Returns (states, losses ``[seeds, K]``).
+
+    ``states`` is donated (its buffers are reused).
+    """
+    return self._chunk(states, keys, train_ids, train_labels, num_steps=num_steps)
+
+  def _eval_one(self, params, ids, labels, head_mask=None):
+    bs = self.train_cfg.eval_batch_size
+    n = ids.shape[0]
+    nb = -(-n // bs)
+    pad = nb * bs - n
+    ids_b = jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1)
+    labels_b = jnp.pad(labels, (0, pad)).reshape(nb, bs)
+    real_b = (jnp.arange(nb * bs) < n).reshape(nb, bs)
+
+    def one(args):
+      x, y, real = args
+      logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask)
+      targets, valid = self.rule.targets(y)
+      w = (valid & real).astype(jnp.float32)
+      ce = optax.softmax_cross_entropy_with_integer_labels(
+          logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
+      return ((jnp.argmax(logits, -1) == targets) * w).sum(), (ce * w).sum(), w.sum()
+
+    correct, loss_sum, count = jax.lax.map(one, (ids_b, labels_b, real_b))
+    count = jnp.maximum(count.sum(), 1.0)
+    return correct.sum() / count, loss_sum.sum() / count
+
+  def _eval_impl(self, params, ids, labels):
+    return jax.vmap(self._eval_one, in_axes=(0, None, None))(params, ids, labels)
+
+  def evaluate(self, states, ids, labels):
+    """(accuracy ``[seeds]``, mean loss ``[seeds]``) in eval mode (no dropout)."""
+    return self._eval(states["params"], ids, labels)

@@ -1,0 +1,119 @@
+"""End-to-end tests of ``python -m experiments.sweep`` (smoke preset, subprocesses)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+
+def _sweep(*args, env=None, check=True):
+  full_env = dict(os.environ, **(env or {}))
+  out = subprocess.run([sys.executable, "-m", "experiments.sweep", *args],
+                       capture_output=True, text=True, env=full_env)
+  if check and out.returncode != 0:
+    raise AssertionError(f"sweep failed ({out.returncode}):\n{out.stderr[-3000:]}")
+  return out
+
+
+def _summary(workdir):
+  with open(os.path.join(workdir, "summary.json")) as f:
+    return json.load(f)
+
+
+COMMON = ["--preset=smoke", "--seeds=2", "--steps=24", "--eval_every=6"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  wd = str(tmp_path_factory.mktemp("ref") / "run")
+  out = _sweep(*COMMON, f"--workdir={wd}")
+  return wd, out
+
+
+def test_sweep_writes_workdir(reference):
+  wd, out = reference
+  for name in ("config.json", "metrics.jsonl", "summary.json", "accuracy.png", "ckpt"):
+    assert os.path.exists(os.path.join(wd, name)), name
+  s = _summary(wd)
+  for key in ("pe", "task", "preset", "faithful", "seeds", "test_accuracy",
+              "test_accuracy_mean", "test_accuracy_std", "train_accuracy", "steps",
+              "wall_seconds"):
+    assert key in s, key
+  assert s["seeds"] == [0, 1] and s["steps"] == 24 and s["pe"] == "rope"
+  assert len(s["test_accuracy"]) == 2
+  with open(os.path.join(wd, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  assert [r["step"] for r in rows] == [6, 12, 18, 24]
+  assert all(len(r["test_accuracy"]) == 2 for r in rows)
+  assert "test acc" in out.stderr and "ETA" in out.stderr  # progress on stderr
+  assert "per-seed" in out.stdout  # final table on stdout
+
+
+def test_same_flags_twice_identical(reference, tmp_path):
+  wd, _ = reference
+  wd2 = str(tmp_path / "again")
+  _sweep(*COMMON, f"--workdir={wd2}")
+  assert _summary(wd2)["test_accuracy"] == _summary(wd)["test_accuracy"]
+  assert _summary(wd2)["train_accuracy"] == _summary(wd)["train_accuracy"]
+
+
+def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
+  wd, _ = reference
+  wd2 = str(tmp_path / "killed")
+  out = _sweep(*COMMON, f"--workdir={wd2}",
+               env={"PE_SPECTRAL_KILL_AT_STEP": "12"}, check=False)
+  assert out.returncode == -signal.SIGKILL
+  assert not os.path.exists(os.path.join(wd2, "summary.json"))
+  _sweep(*COMMON, f"--workdir={wd2}")  # same command: resumes
+  with open(os.path.join(wd2, "metrics.jsonl")) as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps == [6, 12, 18, 24]  # no duplicated or lost evaluations
+  a, b = _summary(wd2), _summary(wd)
+  assert a["test_accuracy"] == b["test_accuracy"]
+  assert a["train_accuracy"] == b["train_accuracy"]
+
+
+def test_finished_run_is_not_retrained(reference):
+  wd, _ = reference
+  before = _summary(wd)
+  out = _sweep(*COMMON, f"--workdir={wd}")
+  assert "step 6/24" not in out.stderr and "step 24/24" not in out.stderr
+  assert _summary(wd)["test_accuracy"] == before["test_accuracy"]
+
+
+def test_changed_config_in_same_workdir_is_refused(reference):
+  wd, _ = reference
+  out = _sweep("--preset=smoke", "--seeds=3", "--steps=24", f"--workdir={wd}",
+               check=False)
+  assert out.returncode != 0 and "different settings" in out.stderr
+
+
+def test_nonfinite_loss_stops_with_message(tmp_path):
+  wd = str(tmp_path / "nan")
+  out = _sweep("--preset=smoke", "--seeds=1", "--steps=30", "--eval_every=5",
+               "--learning_rate=1e30", f"--workdir={wd}", check=False)
+  assert out.returncode == 1
+  assert "non-finite loss" in out.stderr
+  assert not os.path.exists(os.path.join(wd, "summary.json"))
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--pe=rotary"], "unknown --pe 'rotary'"),
+    (["--seeds=0"], "--seeds must be >= 1"),
+    (["--pe=partial_rope", "--rope_heads=9"], "rope_heads"),
+    (["--pe=partial_rope", "--rope_heads=-1"], "rope_heads"),
+    (["--steps=0"], "--steps must be >= 1"),
+    (["--rope_heads=1"], "only applies to --pe=partial_rope"),
+    (["--workdir=/proc/forbidden/run"], "not writable"),
+    ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
+])
+def test_bad_flags_fail_cleanly(args, msg, tmp_path):
+  cwd = tmp_path
+  out = subprocess.run([sys.executable, "-m", "experiments.sweep",
+                        "--preset=smoke", *args], capture_output=True, text=True,
+                       cwd=cwd, env=dict(os.environ))
+  assert out.returncode != 0
+  assert msg in out.stderr
+  assert not os.path.exists(cwd / "runs")  # nothing half-written

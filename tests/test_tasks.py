@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+
+from pe_spectral.tasks import TaskConfig, generate, trigger_ids
+
+PAPER_DISTANCE = TaskConfig(name="distance", num_examples=12_000)
+PAPER_COUNT = TaskConfig(name="count", num_examples=12_000, count_max=100)
+
+
+def _distance_parses(tokens, a, b, cfg):
+  """All (label) values of parses left+[a]+mid+[b]+right consistent with the generator."""
+  n = len(tokens)
+  labels = set()
+  for i in range(cfg.side_min, cfg.side_max + 1):
+    if i >= n or tokens[i] != a:
+      continue
+    for m in range(cfg.mid_min, cfg.mid_max + 1):
+      j = i + m + 1
+      if j >= n or tokens[j] != b:
+        continue
+      right = n - j - 1
+      cut = n == cfg.seq_len
+      if right > cfg.side_max or (right < cfg.side_min and not cut):
+        continue
+      segs = (tokens[:i], tokens[i + 1:j], tokens[j + 1:])
+      if any(len(set(s)) != len(s) for s in segs):  # no repeats within a segment
+        continue
+      labels.add(m + 1)
+  return labels
+
+
+def test_distance_labels_match_python_oracle():
+  cfg = PAPER_DISTANCE
+  d = generate(cfg)
+  a, b = (int(t) for t in d.triggers)
+  ids = np.concatenate([np.asarray(d.train_ids), np.asarray(d.test_ids)])
+  labels = np.concatenate([np.asarray(d.train_labels), np.asarray(d.test_labels)])
+  assert len(labels) == 12_000 >= 10_000
+  unambiguous = 0
+  for row, y in zip(ids, labels):
+    n = int((row != 0).sum())
+    assert (row[:n] != 0).all() and (row[n:] == 0).all()  # right-padded
+    tokens = [int(t) for t in row[:n]]
+    assert 5 <= n <= cfg.seq_len
+    assert int(y) in _distance_parses(tokens, a, b, cfg)
+    if tokens.count(a) == 1 and tokens.count(b) == 1:
+      unambiguous += 1
+      assert int(y) == tokens.index(b) - tokens.index(a)
+  assert unambiguous > 0.7 * len(labels)
+  assert labels.min() >= cfg.label_min and labels.max() <= cfg.label_max
+
+
+def test_distance_statistics_match_protocol():
+  """PROTOCOL §1.2: mean length ≈ 63.5 words; ~20% reuse a trigger as a filler."""
+  d = generate(PAPER_DISTANCE)
+  ids = np.asarray(d.train_ids)
+  assert abs((ids != 0).sum(1).mean() - 63.5) < 1.0
+  a, b = (int(t) for t in d.triggers)
+  extra = ((ids == a).sum(1) + (ids == b).sum(1)) > 2
+  assert 0.15 < extra.mean() < 0.25
+  # labels roughly uniform over 2..71
+  counts = np.bincount(np.asarray(d.train_labels), minlength=72)[2:]
+  assert counts.min() > 0.6 * counts.mean()
+
+
+def test_count_labels_match_python_oracle():
+  cfg = PAPER_COUNT
+  d = generate(cfg)
+  trig = set(int(t) for t in d.triggers)
+  assert len(trig) == cfg.num_triggers
+  for ids, labels in ((d.train_ids, d.train_labels), (d.test_ids, d.test_labels)):
+    for row, y in zip(np.asarray(ids), np.asarray(labels)):
+      tokens = [int(t) for t in row]
+      assert all(t != 0 for t in tokens[:cfg.seq_len])
+      assert all(t == 0 for t in tokens[cfg.seq_len:])
+      assert sum(t in trig for t in tokens) == int(y)
+  y = np.asarray(d.train_labels)
+  assert y.min() == 0 and y.max() == cfg.count_max
+
+
+def test_split_sizes_and_determinism():
+  cfg = TaskConfig(name="distance", num_examples=1000, data_seed=3)
+  d1, d2 = generate(cfg), generate(cfg)
+  assert d1.train_ids.shape == (700, 128) and d1.test_ids.shape == (300, 128)
+  np.testing.assert_array_equal(d1.train_ids, d2.train_ids)
+  np.testing.assert_array_equal(d1.test_labels, d2.test_labels)
+  np.testing.assert_array_equal(trigger_ids(cfg), d1.triggers)
+  d3 = generate(cfg.replace(data_seed=4))
+  assert not np.array_equal(d1.train_ids, d3.train_ids)
+
+
+def test_hundred_thousand_examples_generate():
+  d = generate(TaskConfig(name="distance"))
+  assert d.train_ids.shape[0] + d.test_ids.shape[0] == 100_000
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(name="copy"), "unknown task"),
+    (dict(seq_len=130), "exceeds max_len"),
+    (dict(side_max=60), "second trigger could be cut"),
+    (dict(name="count", count_max=121), "count_max"),
+    (dict(name="count", num_triggers=600), "num_triggers"),
+    (dict(train_frac=1.0), "train_frac"),
+])
+def test_bad_task_config(kw, msg):
+  with pytest.raises(ValueError, match=msg):
+    TaskConfig(**kw)

@@ -1,0 +1,171 @@
+import json
+import math
+import os
+import subprocess
+import sys
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import configs
+from pe_spectral import tasks, train
+
+
+def _setup(pe="rope", faithful=False, **kw):
+  rc = configs.build("smoke", "distance", pe, faithful=faithful, **kw)
+  data = tasks.generate(rc.task)
+  return rc, data
+
+
+def test_schedule_matches_paper_lambda():
+  cfg = train.TrainConfig(learning_rate=2.0, warmup_frac=0.06)
+  total = 1000
+  sched = train.lr_schedule(cfg, total)
+  w = int(0.06 * total)
+  for s in (0, 1, 30, 59, 60, 61, 500, 999):
+    want = s / w if s < w else 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w)))
+    assert float(sched(s)) == pytest.approx(2.0 * want, rel=1e-5, abs=1e-6)
+
+
+def test_label_rules():
+  task = configs.build("smoke", "distance", "rope").task
+  clean = train.label_rule(task, configs.build("smoke", "distance", "rope").model)
+  t, v = clean.targets(jnp.asarray([2, 5, 9]))
+  np.testing.assert_array_equal(t, [0, 3, 7])
+  assert bool(v.all()) and clean.num_classes == task.num_labels
+  count = configs.build("smoke", "count", "rope", faithful=True)
+  rule = train.label_rule(count.task, count.model)
+  t, v = rule.targets(jnp.asarray([0, 3]))
+  np.testing.assert_array_equal(t, [0, 3])
+  np.testing.assert_array_equal(v, [False, True])
+  mla = configs.build("smoke", "count", "mla", faithful=True)
+  assert not train.label_rule(mla.task, mla.model).ignore_zero
+
+
+def test_loss_ignores_label_zero_in_faithful_mode():
+  rc = configs.build("smoke", "count", "nope", faithful=True)
+  data = tasks.generate(rc.task)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  state = tr.init(tr.seed_keys([0]))
+  params = jax.tree.map(lambda x: x[0], state["params"])
+  ids = data.train_ids[:8]
+  labels = jnp.asarray([0, 3, 0, 5, 1, 0, 2, 7])
+  loss, (correct, count) = tr.loss_fn(params, ids, labels)
+  from pe_spectral.model import apply_model
+  logits = np.asarray(apply_model(tr.graphdef, params, ids), np.float64)
+  logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1,
+         keepdims=True)) - logits.max(1, keepdims=True)
+  keep = np.asarray(labels) != 0
+  want = -logp[np.arange(8), np.asarray(labels)][keep].mean()
+  assert float(loss) == pytest.approx(want, rel=1e-5)
+  assert float(count) == keep.sum()
+
+
+def test_training_reduces_loss():
+  rc, data = _setup(steps=40)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  keys = tr.seed_keys([0, 1])
+  states = tr.init(keys)
+  _, loss0 = tr.evaluate(states, data.test_ids, data.test_labels)
+  states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels, 40)
+  _, loss1 = tr.evaluate(states, data.test_ids, data.test_labels)
+  assert losses.shape == (2, 40)
+  assert (np.asarray(loss1) < np.asarray(loss0) - 0.1).all()
+  assert int(states["step"][0]) == 40
+
+
+def test_vmapped_seeds_equal_per_seed_loop():
+  rc, data = _setup(steps=12)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  seeds = [3, 7, 11]
+  keys = tr.seed_keys(seeds)
+  states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
+                                  data.train_labels, 12)
+  acc, _ = tr.evaluate(states, data.test_ids, data.test_labels)
+  for i, s in enumerate(seeds):
+    k1 = tr.seed_keys([s])
+    st1, l1 = tr.train_chunk(tr.init(k1), k1, data.train_ids, data.train_labels, 12)
+    np.testing.assert_allclose(l1[0], losses[i], rtol=2e-5, atol=2e-5)
+    a1, _ = tr.evaluate(st1, data.test_ids, data.test_labels)
+    assert abs(float(a1[0]) - float(acc[i])) <= 1.0 / data.test_ids.shape[0] + 1e-7
+  # different seeds really differ
+  assert float(jnp.abs(losses[0] - losses[1]).max()) > 1e-4
+
+
+def test_chunks_replay_from_any_step():
+  """Two chunks of 6 steps equal one run of 12: batches depend on (seed, step) only."""
+  rc, data = _setup(steps=12)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  keys = tr.seed_keys([0, 1])
+  a, la = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 12)
+  b, lb1 = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 6)
+  b, lb2 = tr.train_chunk(b, keys, data.train_ids, data.train_labels, 6)
+  np.testing.assert_allclose(np.concatenate([lb1, lb2], 1), la, rtol=1e-6, atol=1e-6)
+
+
+def test_one_compiled_program_for_all_seeds_and_chunks():
+  rc, data = _setup(steps=30)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                     max_chunk_traces=1)
+  keys = tr.seed_keys([0, 1, 2, 3])
+  states = tr.init(keys)
+  for _ in range(3):  # same chunk length, new step offsets and states
+    states, _ = tr.train_chunk(states, keys, data.train_ids, data.train_labels, 5)
+  other = tr.seed_keys([10, 11, 12, 13])  # other seed values, same program
+  tr.train_chunk(tr.init(other), other, data.train_ids, data.train_labels, 5)
+  with pytest.raises(AssertionError):  # a new chunk length is a second trace
+    tr.train_chunk(states, keys, data.train_ids, data.train_labels, 4)
+
+
+_SHARD_SCRIPT = r"""
+import json, sys
+import jax
+from experiments import configs
+from pe_spectral import tasks, train
+rc = configs.build("smoke", "distance", "rope", steps=10)
+data = tasks.generate(rc.task)
+mesh = train.seed_mesh(4)
+tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                   mesh=mesh)
+keys = tr.shard(tr.seed_keys([0, 1, 2, 3]))
+states = tr.init(keys)
+ids, labels = tr.replicate((data.train_ids, data.train_labels))
+states, losses = tr.train_chunk(states, keys, ids, labels, 10)
+acc, loss = tr.evaluate(states, data.test_ids, data.test_labels)
+print(json.dumps({"devices": jax.device_count(),
+                  "sharded": None if mesh is None else len(mesh.devices.flat),
+                  "losses": losses.tolist(), "acc": acc.tolist(),
+                  "loss": loss.tolist()}))
+"""
+
+
+def _run_script(devices):
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                      f" --xla_force_host_platform_device_count={devices}")
+  out = subprocess.run([sys.executable, "-c", _SHARD_SCRIPT], env=env,
+                       capture_output=True, text=True, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_sharded_over_four_devices_equals_one_device():
+  one, four = _run_script(1), _run_script(4)
+  assert one["sharded"] is None and four["sharded"] == 4
+  np.testing.assert_allclose(four["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(four["acc"], one["acc"], atol=1e-7)
+
+
+def test_seed_mesh_uses_a_divisor_of_the_seed_count():
+  devs = jax.devices() * 8  # stand-in list; only its length matters
+  assert train.seed_mesh(1, devs) is None
+  assert train.seed_mesh(7, devs[:4]) is None  # 7 is prime and > 4
+
+
+def test_bad_train_config():
+  with pytest.raises(ValueError, match="steps"):
+    train.TrainConfig(steps=0)
+  with pytest.raises(ValueError, match="exceeds"):
+    train.TrainConfig(batch_size=1000).steps_per_epoch(100)
