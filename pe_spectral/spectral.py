@@ -1,0 +1,625 @@
+"""Spectral tools for attention logits: Toeplitz bounds, Hadamard/Weyl bounds, PE closed forms.
+
+Everything is a pure ``jax.numpy`` function: no Python branching on traced
+values, shape-defining arguments static, leading batch axes and ``jax.vmap``
+supported, float32/complex64 by default and float64 when x64 is enabled.
+The mathematics (statements, proofs, oracles, float32 tolerances) is in
+SPECTRAL.md; section numbers below refer to it.
+
+Conventions. ``T = [t_{i-j}]``; the canonical array is ``coeffs`` of length
+``2n-1`` with ``coeffs[k + n - 1] = t_k``, ``k = -(n-1) .. n-1``. The first
+column is ``(t_0, .., t_{n-1})``, the first row ``(t_0, t_{-1}, ..)`` (as
+``scipy.linalg.toeplitz(c, r)``). Eigenvalues are returned in ascending order.
+
+What the bounds do and do not say (SPECTRAL.md §2, §8):
+
+* A Hadamard product with a correlation matrix ``C`` (PSD, unit diagonal)
+  *contracts* the spectrum in the majorisation sense: ``λ(A∘C) ≺ λ(A)``.
+* But a single RoPE frequency ``G_θ = u u*`` with ``|u_m| = 1`` is a unitary
+  similarity: ``A∘G_θ = D A D*`` keeps the spectrum exactly -- no contraction.
+* The provable envelope of the full RoPE logit (Theorem 6, :func:`rope_envelope`)
+  does not depend on θ: it is the same for RoPE and for no PE. Whether RoPE
+  actually contracts relative to NoPE depends on the content (Prop. 8: about
+  equal for isotropic content, smaller for persistent content, *larger* for
+  content that counter-rotates with position).
+* Additive PEs can provably widen the spread (Weyl lower bound); symmetric
+  ALiBi has ``spread ≈ 0.55 m n²`` (:func:`alibi_extreme_eigs`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+
+from pe_spectral import positional
+
+__all__ = [
+    # Toeplitz core
+    "toeplitz", "toeplitz_coeffs", "toeplitz_from_coeffs", "toeplitz_matvec",
+    "symbol", "symbol_grid", "toeplitz_eig_bounds", "toeplitz_gershgorin_bounds",
+    "gershgorin_bounds", "gershgorin_discs", "power_iteration", "lanczos_ritz",
+    # bounds
+    "hadamard_bounds", "hadamard_bounds_dense", "hadamard_norm_bound",
+    "weyl_bounds", "spread_bounds",
+    # PE constructors and closed forms
+    "rope_frequencies", "rope_toeplitz", "rope_rotate", "rope_logits",
+    "rope_envelope", "alibi_toeplitz", "alibi_extreme_eigs", "t5_bias_coeffs",
+    "sinusoidal_pe", "sinusoidal_gram_coeffs", "sinusoidal_gram",
+    # measures
+    "spectral_spread", "condition_number", "stable_rank", "contraction_ratio",
+    "hadamard_contraction_ratio", "majorization_gap", "symmetric_part",
+    "hermitian_part", "row_center", "row_range", "toeplitz_projection",
+    "toeplitz_defect", "numerical_range_support",
+]
+
+ALIBI_B = 1.1996786403  # b tanh b = 1 (Theorem 10)
+
+
+def _n_from_coeffs(coeffs) -> int:
+  m = coeffs.shape[-1]
+  if m % 2 == 0:
+    raise ValueError(f"coeffs must have odd length 2n-1, got {m}")
+  return (m + 1) // 2
+
+
+def _complex_dtype(x):
+  return jnp.result_type(x, jnp.complex64)
+
+
+# ----------------------------------------------------------------------------
+# Toeplitz core (§1)
+# ----------------------------------------------------------------------------
+
+def toeplitz_coeffs(first_col, first_row=None):
+  """``coeffs[..., k + n - 1] = t_k`` from the first column/row (row[0] ignored).
+
+  ``first_row=None`` means ``conj(first_col)`` (Hermitian).
+  """
+  first_col = jnp.asarray(first_col)
+  if first_row is None:
+    first_row = jnp.conj(first_col)
+  first_row = jnp.asarray(first_row)
+  return jnp.concatenate([jnp.flip(first_row[..., 1:], -1), first_col], axis=-1)
+
+
+def toeplitz_from_coeffs(coeffs):
+  """Dense ``[..., n, n]`` Toeplitz matrix with ``T[i, j] = coeffs[i - j + n - 1]``."""
+  coeffs = jnp.asarray(coeffs)
+  n = _n_from_coeffs(coeffs)
+  i = jnp.arange(n)
+  return coeffs[..., i[:, None] - i[None, :] + n - 1]
+
+
+def toeplitz(first_col, first_row=None):
+  """Dense Toeplitz matrix; agrees with ``scipy.linalg.toeplitz(c, r)``."""
+  return toeplitz_from_coeffs(toeplitz_coeffs(first_col, first_row))
+
+
+def _default_points(n: int) -> int:
+  return 1 << (2 * n - 2).bit_length()  # next power of two >= 2n-1
+
+
+def _check_points(n: int, num_points: int) -> int:
+  if num_points < 2 * n - 1:
+    raise ValueError(
+        f"num_points={num_points} < 2n-1={2 * n - 1}: the circulant embedding "
+        f"would alias coefficients (SPECTRAL.md §1.2)")
+  return num_points
+
+
+def _circulant_column(coeffs, num_points: int):
+  """c with c_k = t_k (k >= 0), c_{M-k} = t_{-k}, zeros in between."""
+  n = _n_from_coeffs(coeffs)
+  pos = coeffs[..., n - 1:]             # t_0 .. t_{n-1}
+  neg = jnp.flip(coeffs[..., :n - 1], -1)  # t_{-1} .. t_{-(n-1)}
+  zeros = jnp.zeros(coeffs.shape[:-1] + (num_points - 2 * n + 1,), coeffs.dtype)
+  return jnp.concatenate([pos, zeros, jnp.flip(neg, -1)], axis=-1)
+
+
+def toeplitz_matvec(first_col, x, first_row=None, *, num_points: Optional[int] = None):
+  """``T @ x`` in O(M log M) by circulant embedding (§1.6); works for non-Hermitian T.
+
+  Args:
+    first_col, first_row: as :func:`toeplitz` (``first_row=None``: Hermitian).
+    x: ``[..., n]``.
+    num_points: circulant size M >= 2n-1 (default next power of two); smaller
+      raises ``ValueError``.
+  Returns ``[..., n]``, real when all inputs are real.
+  """
+  first_col = jnp.asarray(first_col)
+  x = jnp.asarray(x)
+  n = first_col.shape[-1]
+  m = _check_points(n, num_points or _default_points(n))
+  coeffs = toeplitz_coeffs(first_col, first_row)
+  c = _circulant_column(coeffs, m)
+  xp = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (m - n,), x.dtype)], -1)
+  y = jnp.fft.ifft(jnp.fft.fft(c) * jnp.fft.fft(xp))[..., :n]
+  real = not (jnp.iscomplexobj(coeffs) or jnp.iscomplexobj(x))
+  return y.real.astype(jnp.result_type(coeffs, x)) if real else y
+
+
+def symbol_grid(num_points: int):
+  """Grid ``ω_m = 2πm/M``, ``m = 0..M-1``."""
+  return 2.0 * jnp.pi * jnp.arange(num_points) / num_points
+
+
+def symbol(coeffs, num_points: Optional[int] = None):
+  """Values ``f_n(ω_m) = Σ_k t_k e^{ikω_m}`` on the grid of ``M`` points (default 2n).
+
+  Real (up to rounding) for Hermitian coefficients. Returns complex ``[..., M]``.
+  """
+  coeffs = jnp.asarray(coeffs)
+  n = _n_from_coeffs(coeffs)
+  m = _check_points(n, num_points or 2 * n)
+  c = _circulant_column(coeffs, m).astype(_complex_dtype(coeffs))
+  return m * jnp.fft.ifft(c)
+
+
+def _eps(x) -> float:
+  return float(jnp.finfo(jnp.real(jnp.zeros((), x.dtype)).dtype).eps)
+
+
+def toeplitz_eig_bounds(coeffs, num_points: Union[None, int, Sequence[int]] = None,
+                        *, fp_margin: bool = True):
+  """Guaranteed ``lo <= λ_min(T) <= λ_max(T) <= hi`` for Hermitian Toeplitz ``T``.
+
+  Theorem 2 (circulant enclosure): for any ``M >= 2n-1`` the grid values of the
+  symbol are the eigenvalues of a Hermitian circulant whose leading n×n block
+  is ``T``, so by interlacing its min/max enclose the spectrum. Several ``M``
+  (a tuple) are intersected. ``fp_margin`` widens the interval by
+  ``2ε⌈log2 M⌉‖t‖₁`` so the guarantee survives float32 rounding.
+
+  Args:
+    coeffs: ``[..., 2n-1]`` Hermitian coefficients (``t_{-k} = conj(t_k)``).
+    num_points: ``M`` or a tuple of ``M``'s, each >= 2n-1 (default 2n).
+  Returns:
+    ``(lo, hi)`` with the batch shape of ``coeffs``.
+  """
+  coeffs = jnp.asarray(coeffs)
+  n = _n_from_coeffs(coeffs)
+  if num_points is None:
+    points = (2 * n,)
+  elif isinstance(num_points, int):
+    points = (num_points,)
+  else:
+    points = tuple(num_points)
+  los, his = [], []
+  l1 = jnp.abs(coeffs).sum(-1)
+  for m in points:
+    f = symbol(coeffs, m).real
+    lo, hi = f.min(-1), f.max(-1)
+    if fp_margin:
+      margin = 2.0 * _eps(coeffs) * math.ceil(math.log2(m)) * l1
+      lo, hi = lo - margin, hi + margin
+    los.append(lo)
+    his.append(hi)
+  return jnp.max(jnp.stack(los), 0), jnp.min(jnp.stack(his), 0)
+
+
+def toeplitz_gershgorin_bounds(coeffs):
+  """Gershgorin interval of a Hermitian Toeplitz matrix in O(n) (prefix sums).
+
+  Row i holds ``t_k`` for ``k = i-n+1 .. i``; ``R_i = Σ|t_k| - |t_0|``.
+  """
+  coeffs = jnp.asarray(coeffs)
+  n = _n_from_coeffs(coeffs)
+  a = jnp.abs(coeffs)
+  csum = jnp.concatenate([jnp.zeros(a.shape[:-1] + (1,), a.dtype),
+                          jnp.cumsum(a, -1)], -1)
+  windows = csum[..., n:] - csum[..., :n]  # window i covers coeffs[i : i+n]
+  radius = windows.max(-1) - a[..., n - 1]
+  center = jnp.real(coeffs[..., n - 1])
+  return center - radius, center + radius
+
+
+def gershgorin_discs(a):
+  """``(centers, radii)`` of the Gershgorin discs of any square ``a``."""
+  a = jnp.asarray(a)
+  d = jnp.diagonal(a, axis1=-2, axis2=-1)
+  radii = jnp.abs(a).sum(-1) - jnp.abs(d)
+  return d, radii
+
+
+def gershgorin_bounds(a):
+  """``(lo, hi)`` enclosing the eigenvalues of a Hermitian ``a`` (uses Re diag)."""
+  d, r = gershgorin_discs(a)
+  d = jnp.real(d)
+  return (d - r).min(-1), (d + r).max(-1)
+
+
+# ----------------------------------------------------------------------------
+# Krylov inner bounds (§1.7)
+# ----------------------------------------------------------------------------
+
+def _vdot(a, b):
+  return jnp.sum(jnp.conj(a) * b)
+
+
+def power_iteration(matvec: Callable, v0, num_steps: int):
+  """``num_steps`` power iterations; returns ``(rayleigh quotient, unit vector)``.
+
+  Every Rayleigh quotient lies in ``[λ_min, λ_max]`` (an inner bound).
+  """
+  v = v0 / jnp.linalg.norm(v0)
+
+  def body(_, v):
+    w = matvec(v)
+    return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(jnp.real(w).dtype).tiny)
+
+  v = jax.lax.fori_loop(0, num_steps, body, v)
+  return jnp.real(_vdot(v, matvec(v))), v
+
+
+def lanczos_ritz(matvec: Callable, v0, num_steps: int):
+  """Ritz values (ascending) of ``num_steps`` Lanczos steps, full reorthogonalisation.
+
+  The Ritz values are eigenvalues of ``V* T V`` with orthonormal ``V``, so they
+  lie in ``[λ_min, λ_max]`` (Poincaré separation): inner bounds that, with
+  :func:`toeplitz_eig_bounds`, bracket the extremes using only mat-vecs.
+  ``matvec`` maps ``[n] -> [n]`` (e.g. ``partial(toeplitz_matvec, col)``);
+  ``num_steps <= n``. On breakdown (an invariant subspace found) the basis is
+  continued with a fixed pseudo-random vector, which keeps the guarantee.
+  """
+  v0 = jnp.asarray(v0)
+  n = v0.shape[-1]
+  if not 1 <= num_steps <= n:
+    raise ValueError(f"num_steps must be in [1, n={n}], got {num_steps}")
+  dtype = v0.dtype
+  real_dtype = jnp.real(jnp.zeros((), dtype)).dtype
+  basis = jnp.zeros((num_steps, n), dtype)
+  fresh = jax.random.normal(jax.random.key(0), (num_steps, n), real_dtype).astype(dtype)
+  tiny = 100 * jnp.finfo(real_dtype).eps
+
+  def orthogonalise(w, basis):
+    for _ in range(2):  # "twice is enough"
+      w = w - basis.T @ (jnp.conj(basis) @ w)
+    return w
+
+  v = v0 / jnp.linalg.norm(v0)
+  basis = basis.at[0].set(v)
+  scale = jnp.zeros((), real_dtype)
+
+  def body(j, carry):
+    basis, alphas, betas, scale = carry
+    v = basis[j]
+    w = matvec(v)
+    alpha = jnp.real(_vdot(v, w))
+    w = orthogonalise(w, basis)
+    beta = jnp.linalg.norm(w)
+    scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
+    broke = beta <= tiny * jnp.maximum(scale, 1e-30)
+    restart = orthogonalise(fresh[j], basis)
+    w_next = jnp.where(broke, restart / jnp.linalg.norm(restart), w / jnp.where(
+        broke, 1.0, beta))
+    beta = jnp.where(broke, 0.0, beta)
+    basis = jax.lax.cond(j + 1 < num_steps,
+                         lambda b: b.at[j + 1].set(w_next), lambda b: b, basis)
+    return basis, alphas.at[j].set(alpha), betas.at[j].set(beta), scale
+
+  alphas = jnp.zeros((num_steps,), real_dtype)
+  betas = jnp.zeros((num_steps,), real_dtype)
+  basis, alphas, betas, _ = jax.lax.fori_loop(
+      0, num_steps, body, (basis, alphas, betas, scale))
+  tri = (jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1))
+  return jnp.linalg.eigvalsh(tri)
+
+
+# ----------------------------------------------------------------------------
+# Hadamard (Schur) and Weyl bounds (§2.1, §3.1)
+# ----------------------------------------------------------------------------
+
+def hadamard_bounds(lam_min_a, lam_max_a, diag_c):
+  """Theorem 3: ``spec(A∘C) ⊂ [lo, hi]`` for Hermitian A and PSD C.
+
+  ``lo = min(λ_min c₋, λ_min c₊)``, ``hi = max(λ_max c₊, λ_max c₋)`` with
+  ``c± = max/min diag(C)``; for a correlation matrix ``[λ_min(A), λ_max(A)]``.
+  Precondition (not checked under jit): ``C ⪰ 0``.
+  """
+  diag_c = jnp.real(jnp.asarray(diag_c))
+  c_lo, c_hi = diag_c.min(-1), diag_c.max(-1)
+  lo = jnp.minimum(lam_min_a * c_lo, lam_min_a * c_hi)
+  hi = jnp.maximum(lam_max_a * c_hi, lam_max_a * c_lo)
+  return lo, hi
+
+
+def hadamard_bounds_dense(a, c):
+  """:func:`hadamard_bounds` from dense ``A`` (``eigvalsh``) and ``diag(C)``."""
+  eigs = jnp.linalg.eigvalsh(a)
+  return hadamard_bounds(eigs[..., 0], eigs[..., -1],
+                         jnp.diagonal(c, axis1=-2, axis2=-1))
+
+
+def hadamard_norm_bound(norm_a, diag_c):
+  """Theorem 12(c): ``‖A∘C‖₂ <= max_i C_ii ‖A‖₂`` for PSD C."""
+  return jnp.real(jnp.asarray(diag_c)).max(-1) * norm_a
+
+
+def weyl_bounds(eigs_a, lo_b, hi_b):
+  """Theorem 9, per index: ``λ_k(A) + λ_min(B) <= λ_k(A+B) <= λ_k(A) + λ_max(B)``."""
+  eigs_a = jnp.asarray(eigs_a)
+  lo_b = jnp.asarray(lo_b)[..., None]
+  hi_b = jnp.asarray(hi_b)[..., None]
+  return eigs_a + lo_b, eigs_a + hi_b
+
+
+def spread_bounds(spread_a, spread_b):
+  """``|sA - sB| <= spread(A+B) <= sA + sB`` (the lower bound forces widening)."""
+  return jnp.abs(spread_a - spread_b), spread_a + spread_b
+
+
+# ----------------------------------------------------------------------------
+# RoPE (§2.3-2.5)
+# ----------------------------------------------------------------------------
+
+def rope_frequencies(d: int, base: float = 10000.0, dtype=jnp.float32):
+  """``θ_j = base^(-2j/d)``, ``j < d/2`` -- the frequencies of ``positional.apply_rope``."""
+  return positional.rope_angles(jnp.ones(()), d, base).astype(dtype)
+
+
+def rope_toeplitz(n: int, theta, dtype=jnp.complex64):
+  """``G[m, k] = exp(i (m - k) θ)`` with leading batch axes of ``theta``.
+
+  A rank-one correlation matrix ``u u*`` (``u_m = e^{imθ}``): ``A∘G`` is a
+  unitary similarity of ``A`` and keeps its spectrum exactly (§2.3).
+  """
+  theta = jnp.asarray(theta)
+  diff = (jnp.arange(n, dtype=jnp.int32)[:, None]
+          - jnp.arange(n, dtype=jnp.int32)[None, :])
+  phase = diff.astype(jnp.real(jnp.zeros((), dtype)).dtype) * theta[..., None, None]
+  return jnp.exp(1j * phase).astype(dtype)
+
+
+def _pairs(x, pairing: str):
+  d = x.shape[-1]
+  if d % 2:
+    raise ValueError(f"RoPE needs an even dimension, got {d}")
+  if pairing == "interleaved":
+    return x[..., 0::2], x[..., 1::2]
+  if pairing == "half":
+    return x[..., :d // 2], x[..., d // 2:]
+  raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
+
+
+def _unpair(a, b, pairing: str):
+  if pairing == "interleaved":
+    return jnp.stack([a, b], -1).reshape(a.shape[:-1] + (2 * a.shape[-1],))
+  return jnp.concatenate([a, b], -1)
+
+
+def _complex_blocks(x, pairing):
+  a, b = _pairs(x, pairing)
+  return a + 1j * b  # [..., n, d/2]
+
+
+def rope_rotate(x, theta, positions=None, pairing: str = "interleaved"):
+  """Rotates block j of row m by ``positions[m] * theta[j]``; ``x`` is ``[..., n, d]``.
+
+  With the standard ``theta`` and interleaved pairing this equals
+  ``positional.apply_rope``.
+  """
+  x = jnp.asarray(x)
+  n = x.shape[-2]
+  pos = jnp.arange(n) if positions is None else jnp.asarray(positions)
+  angles = pos[:, None].astype(jnp.real(x).dtype) * jnp.asarray(theta)
+  a, b = _pairs(x, pairing)
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  return _unpair(a * cos - b * sin, a * sin + b * cos, pairing).astype(x.dtype)
+
+
+def rope_logits(q, k, theta, pairing: str = "interleaved"):
+  """RoPE logits in Hadamard form ``Re Σ_j (z_j w_j*) ∘ G_{θ_j}`` (Theorem 6(a)).
+
+  ``q, k``: ``[..., n, d]``; equals ``rope_rotate(q) @ rope_rotate(k).T``
+  (the 1/sqrt(d) scale is not applied).
+  """
+  z = _complex_blocks(jnp.asarray(q), pairing)  # [..., n, d/2]
+  w = _complex_blocks(jnp.asarray(k), pairing)
+  n = z.shape[-2]
+  g = rope_toeplitz(n, jnp.asarray(theta), dtype=z.dtype)  # [d/2, n, n]
+  gram = jnp.einsum("...mj,...nj,jmn->...mn", z, jnp.conj(w), g)
+  return jnp.real(gram)
+
+
+def rope_envelope(q, k, pairing: str = "interleaved"):
+  """Theorem 6 envelope ``(N, P, nuclear_bound)`` of the RoPE logit ``L``.
+
+  ``λ(S(L)) ≺ (P, 0, .., 0, N)``: the positive eigenvalues of the symmetric
+  part sum to at most ``P`` (so ``λ_max <= P``), the negative ones to at least
+  ``N``; ``‖L‖_* <= nuclear_bound``. **None of these depend on θ**: they hold
+  for the same q, k without any PE, so they cannot show that RoPE contracts
+  relative to NoPE -- only that position cannot widen the envelope.
+  """
+  qa, qb = _pairs(jnp.asarray(q), pairing)
+  ka, kb = _pairs(jnp.asarray(k), pairing)
+  inner = (qa * ka + qb * kb).sum(-2)               # ⟨Q_j, K_j⟩_F  [..., d/2]
+  nq = jnp.sqrt((qa ** 2 + qb ** 2).sum(-2))        # ‖Q_j‖_F
+  nk = jnp.sqrt((ka ** 2 + kb ** 2).sum(-2))
+  p = ((inner + nq * nk) / 2).sum(-1)
+  neg = ((inner - nq * nk) / 2).sum(-1)
+  return neg, p, (nq * nk).sum(-1)
+
+
+# ----------------------------------------------------------------------------
+# Additive PEs (§3)
+# ----------------------------------------------------------------------------
+
+def alibi_toeplitz(n: int, slope, causal: bool = False):
+  """One head of ``positional.alibi_bias``: ``-slope |i - j|`` (causal: 0 above the diagonal)."""
+  return positional.alibi_bias(n, jnp.asarray(slope), causal=causal)
+
+
+def alibi_extreme_eigs(n: int, slope):
+  """Exact ``(λ_min, λ_max)`` of symmetric ALiBi ``-m|i-j|`` (Theorem 10), ``n >= 2``.
+
+  ``λ_max = m / (2 sin²(π/2n))``; ``λ_min = -m / (2 sinh²(x/2n))`` with ``x = nβ``
+  solving ``(n-1) sinh(x/2n) sinh(x/2) = cosh((n-1)x/2n)`` by 8 Newton steps
+  from ``2b`` (``b tanh b = 1``). The sinh form avoids the cancellation of
+  ``1/(cosh β - 1)`` in float32. Exactly one eigenvalue is negative, and
+  ``spread ≈ 0.5500506 m n²``.
+  """
+  if n < 2:
+    raise ValueError("alibi_extreme_eigs needs n >= 2")
+  m = jnp.asarray(slope)
+  dtype = jnp.result_type(m, jnp.float32)
+  nf = jnp.asarray(n, dtype)
+
+  def g(x):
+    return (nf - 1) * jnp.sinh(x / (2 * nf)) * jnp.sinh(x / 2) - jnp.cosh(
+        (nf - 1) * x / (2 * nf))
+
+  def newton(_, x):
+    return x - g(x) / jax.grad(g)(x)
+
+  x = jax.lax.fori_loop(0, 8, newton, jnp.asarray(2 * ALIBI_B, dtype))
+  lam_min = -m / (2 * jnp.sinh(x / (2 * nf)) ** 2)
+  lam_max = m / (2 * jnp.sin(jnp.pi / (2 * nf)) ** 2)
+  return lam_min.astype(dtype), lam_max.astype(dtype)
+
+
+def t5_bias_coeffs(n: int, bucket_values, bidirectional: bool = True,
+                   max_distance: int = 128):
+  """Toeplitz coefficients ``t_k = β[bucket(-k)]`` of a T5 relative bias (§3.4).
+
+  ``rel = key_pos - query_pos = -k``; ``bucket_values`` is ``[..., num_buckets]``.
+  Same bucketing as ``positional.relative_position_bucket`` (the model's).
+  """
+  bucket_values = jnp.asarray(bucket_values)
+  k = jnp.arange(-(n - 1), n)
+  idx = positional.relative_position_bucket(
+      -k, num_buckets=bucket_values.shape[-1], max_distance=max_distance,
+      bidirectional=bidirectional)
+  return bucket_values[..., idx]
+
+
+def sinusoidal_pe(n: int, d: int, base: float = 10000.0):
+  """``positional.sinusoidal_table`` (interleaved sin, cos)."""
+  return positional.sinusoidal_table(n, d, base)
+
+
+def sinusoidal_gram_coeffs(n: int, d: int, base: float = 10000.0):
+  """``t_k = Σ_j cos(k ω_j)``: coefficients of the Toeplitz Gram ``P Pᵀ`` (§3.5)."""
+  if d % 2:
+    raise ValueError("sinusoidal_gram_coeffs needs an even d")
+  k = jnp.arange(-(n - 1), n, dtype=jnp.int32)
+  omega = rope_frequencies(d, base)
+  return jnp.cos(k[:, None].astype(jnp.float32) * omega).sum(-1)
+
+
+def sinusoidal_gram(n: int, d: int, base: float = 10000.0):
+  """``P Pᵀ`` as a dense Toeplitz matrix (PSD, rank <= min(n, d))."""
+  return toeplitz_from_coeffs(sinusoidal_gram_coeffs(n, d, base))
+
+
+# ----------------------------------------------------------------------------
+# Measures and helpers (§6.4)
+# ----------------------------------------------------------------------------
+
+def spectral_spread(eigs):
+  """``λ_max - λ_min`` along the last axis."""
+  eigs = jnp.asarray(eigs)
+  return eigs.max(-1) - eigs.min(-1)
+
+
+def condition_number(eigs, *, psd: bool = True, eps=None):
+  """PSD: ``λ_max / max(λ_min, eps λ_max)``; else ``max|λ| / max(min|λ|, eps max|λ|)``."""
+  eigs = jnp.asarray(eigs)
+  eps = _eps(eigs) if eps is None else eps
+  if psd:
+    top = eigs.max(-1)
+    return top / jnp.maximum(eigs.min(-1), eps * top)
+  mag = jnp.abs(eigs)
+  top = mag.max(-1)
+  return top / jnp.maximum(mag.min(-1), eps * top)
+
+
+def stable_rank(a):
+  """``‖A‖_F² / ‖A‖₂²`` (in [1, rank])."""
+  s = jnp.linalg.svd(a, compute_uv=False)
+  return (s ** 2).sum(-1) / (s[..., 0] ** 2)
+
+
+def contraction_ratio(eigs_after, eigs_before, kind: str = "spread"):
+  """Ratio of a spectral size after/before: ``spread``, ``max`` (max |λ|) or ``frobenius``."""
+  if kind == "spread":
+    f = spectral_spread
+  elif kind == "max":
+    f = lambda e: jnp.abs(jnp.asarray(e)).max(-1)
+  elif kind == "frobenius":
+    f = lambda e: jnp.sqrt((jnp.abs(jnp.asarray(e)) ** 2).sum(-1))
+  else:
+    raise ValueError(f"kind must be spread, max or frobenius, got {kind!r}")
+  return f(eigs_after) / f(eigs_before)
+
+
+def hadamard_contraction_ratio(a, c):
+  """``spread(A∘C) / spread(A)``; in ``[0, 1]`` when C is a correlation matrix (Thm 4)."""
+  return contraction_ratio(jnp.linalg.eigvalsh(a * c), jnp.linalg.eigvalsh(a))
+
+
+def majorization_gap(x, y):
+  """``(max_k Σ_{i<=k} (x↓ - y↓)_i, |Σx - Σy|)``; ``x ≺ y`` iff both are <= tol."""
+  xs = -jnp.sort(-jnp.asarray(x), -1)
+  ys = -jnp.sort(-jnp.asarray(y), -1)
+  partial = jnp.cumsum(xs - ys, -1)
+  return partial[..., :-1].max(-1, initial=-jnp.inf), jnp.abs(partial[..., -1])
+
+
+def symmetric_part(a):
+  """``(A + Aᵀ)/2``."""
+  return 0.5 * (a + jnp.swapaxes(a, -1, -2))
+
+
+def hermitian_part(a):
+  """``(A + A*)/2``."""
+  return 0.5 * (a + jnp.conj(jnp.swapaxes(a, -1, -2)))
+
+
+def row_center(logits, mask=None):
+  """Subtracts each row's mean over allowed entries (softmax-invariant representative).
+
+  Masked entries are set to 0. Singular values of the result do not change
+  under ``L -> L + r 1ᵀ`` (SPECTRAL.md §0).
+  """
+  logits = jnp.asarray(logits)
+  if mask is None:
+    return logits - logits.mean(-1, keepdims=True)
+  w = jnp.asarray(mask, logits.dtype)
+  mean = (logits * w).sum(-1, keepdims=True) / jnp.maximum(w.sum(-1, keepdims=True), 1)
+  return (logits - mean) * w
+
+
+def row_range(logits, mask=None):
+  """``max_j L_ij - min_j L_ij`` over allowed entries (what saturates the softmax)."""
+  logits = jnp.asarray(logits)
+  if mask is None:
+    return logits.max(-1) - logits.min(-1)
+  big = jnp.finfo(logits.dtype).max
+  return (jnp.where(mask, logits, -big).max(-1) - jnp.where(mask, logits, big).min(-1))
+
+
+def toeplitz_projection(a):
+  """Frobenius-orthogonal projection onto Toeplitz matrices: diagonal means as ``coeffs``."""
+  a = jnp.asarray(a)
+  n = a.shape[-1]
+  i = jnp.arange(n)
+  k = i[:, None] - i[None, :] + n - 1  # coeffs index of entry (i, j)
+  onehot = jax.nn.one_hot(k, 2 * n - 1, dtype=jnp.real(a).dtype)  # [n, n, 2n-1]
+  sums = jnp.einsum("...ij,ijk->...k", a, onehot.astype(a.dtype))
+  counts = n - jnp.abs(jnp.arange(-(n - 1), n))
+  return sums / counts
+
+
+def toeplitz_defect(a):
+  """``‖A - Π_T A‖_F / ‖A‖_F``: 0 for Toeplitz A, up to 1 for none of it."""
+  a = jnp.asarray(a)
+  resid = a - toeplitz_from_coeffs(toeplitz_projection(a))
+  return jnp.linalg.norm(resid, axis=(-2, -1)) / jnp.linalg.norm(a, axis=(-2, -1))
+
+
+def numerical_range_support(a, angles):
+  """Support function of the numerical range: ``λ_max(H(e^{-iφ} A))`` per angle."""
+  a = jnp.asarray(a).astype(_complex_dtype(jnp.asarray(a)))
+  rot = jnp.exp(-1j * jnp.asarray(angles))[:, None, None] * a
+  return jnp.linalg.eigvalsh(hermitian_part(rot))[..., -1]
