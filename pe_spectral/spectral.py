@@ -38,6 +38,7 @@ from pe_spectral import positional
 __all__ = [
     # Toeplitz core
     "toeplitz", "toeplitz_coeffs", "toeplitz_from_coeffs", "toeplitz_matvec",
+    "make_toeplitz_matvec",
     "symbol", "symbol_grid", "toeplitz_eig_bounds", "toeplitz_gershgorin_bounds",
     "gershgorin_bounds", "gershgorin_discs", "power_iteration", "lanczos_ritz",
     # bounds
@@ -51,7 +52,7 @@ __all__ = [
     "spectral_spread", "condition_number", "stable_rank", "contraction_ratio",
     "hadamard_contraction_ratio", "majorization_gap", "symmetric_part",
     "hermitian_part", "row_center", "row_range", "toeplitz_projection",
-    "toeplitz_defect", "numerical_range_support",
+    "toeplitz_defect", "numerical_range_support", "synthetic_content",
 ]
 
 ALIBI_B = 1.1996786403  # b tanh b = 1 (Theorem 10)
@@ -118,6 +119,32 @@ def _circulant_column(coeffs, num_points: int):
   return jnp.concatenate([pos, zeros, jnp.flip(neg, -1)], axis=-1)
 
 
+def make_toeplitz_matvec(first_col, first_row=None, *,
+                         num_points: Optional[int] = None) -> Callable:
+  """Returns ``x -> T @ x`` with the circulant's FFT computed once (for Krylov loops).
+
+  Same contract as :func:`toeplitz_matvec`; real inputs use real FFTs.
+  """
+  first_col = jnp.asarray(first_col)
+  n = first_col.shape[-1]
+  m = _check_points(n, num_points or _default_points(n))
+  coeffs = toeplitz_coeffs(first_col, first_row)
+  c = _circulant_column(coeffs, m)
+  complex_t = jnp.iscomplexobj(coeffs)
+  spec = jnp.fft.fft(c) if complex_t else jnp.fft.rfft(c)
+
+  def matvec(x):
+    x = jnp.asarray(x)
+    xp = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (m - n,), x.dtype)], -1)
+    if complex_t or jnp.iscomplexobj(x):
+      full = jnp.fft.fft(c) if not complex_t else spec
+      return jnp.fft.ifft(full * jnp.fft.fft(xp))[..., :n]
+    y = jnp.fft.irfft(spec * jnp.fft.rfft(xp), n=m)[..., :n]
+    return y.astype(jnp.result_type(coeffs, x))
+
+  return matvec
+
+
 def toeplitz_matvec(first_col, x, first_row=None, *, num_points: Optional[int] = None):
   """``T @ x`` in O(M log M) by circulant embedding (§1.6); works for non-Hermitian T.
 
@@ -126,18 +153,10 @@ def toeplitz_matvec(first_col, x, first_row=None, *, num_points: Optional[int] =
     x: ``[..., n]``.
     num_points: circulant size M >= 2n-1 (default next power of two); smaller
       raises ``ValueError``.
-  Returns ``[..., n]``, real when all inputs are real.
+  Returns ``[..., n]``, real when all inputs are real. For many products with
+  the same matrix use :func:`make_toeplitz_matvec`.
   """
-  first_col = jnp.asarray(first_col)
-  x = jnp.asarray(x)
-  n = first_col.shape[-1]
-  m = _check_points(n, num_points or _default_points(n))
-  coeffs = toeplitz_coeffs(first_col, first_row)
-  c = _circulant_column(coeffs, m)
-  xp = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (m - n,), x.dtype)], -1)
-  y = jnp.fft.ifft(jnp.fft.fft(c) * jnp.fft.fft(xp))[..., :n]
-  real = not (jnp.iscomplexobj(coeffs) or jnp.iscomplexobj(x))
-  return y.real.astype(jnp.result_type(coeffs, x)) if real else y
+  return make_toeplitz_matvec(first_col, first_row, num_points=num_points)(x)
 
 
 def symbol_grid(num_points: int):
@@ -258,7 +277,7 @@ def lanczos_ritz(matvec: Callable, v0, num_steps: int):
   The Ritz values are eigenvalues of ``V* T V`` with orthonormal ``V``, so they
   lie in ``[λ_min, λ_max]`` (Poincaré separation): inner bounds that, with
   :func:`toeplitz_eig_bounds`, bracket the extremes using only mat-vecs.
-  ``matvec`` maps ``[n] -> [n]`` (e.g. ``partial(toeplitz_matvec, col)``);
+  ``matvec`` maps ``[n] -> [n]`` (e.g. ``make_toeplitz_matvec(col)``);
   ``num_steps <= n``. On breakdown (an invariant subspace found) the basis is
   continued with a fixed pseudo-random vector, which keeps the guarantee.
   """
@@ -268,31 +287,33 @@ def lanczos_ritz(matvec: Callable, v0, num_steps: int):
     raise ValueError(f"num_steps must be in [1, n={n}], got {num_steps}")
   dtype = v0.dtype
   real_dtype = jnp.real(jnp.zeros((), dtype)).dtype
-  basis = jnp.zeros((num_steps, n), dtype)
-  fresh = jax.random.normal(jax.random.key(0), (num_steps, n), real_dtype).astype(dtype)
   tiny = 100 * jnp.finfo(real_dtype).eps
 
   def orthogonalise(w, basis):
-    for _ in range(2):  # "twice is enough"
-      w = w - basis.T @ (jnp.conj(basis) @ w)
-    return w
+    # One full pass after the three-term recurrence (rows not yet filled are 0).
+    return w - basis.T @ (jnp.conj(basis) @ w)
 
-  v = v0 / jnp.linalg.norm(v0)
-  basis = basis.at[0].set(v)
-  scale = jnp.zeros((), real_dtype)
+  def restart(j, basis):
+    r = jax.random.normal(jax.random.fold_in(jax.random.key(0), j), (n,),
+                          real_dtype).astype(dtype)
+    r = orthogonalise(orthogonalise(r, basis), basis)
+    return r / jnp.linalg.norm(r)
+
+  basis = jnp.zeros((num_steps, n), dtype).at[0].set(v0 / jnp.linalg.norm(v0))
 
   def body(j, carry):
     basis, alphas, betas, scale = carry
     v = basis[j]
     w = matvec(v)
     alpha = jnp.real(_vdot(v, w))
+    prev_beta = jnp.where(j > 0, betas[jnp.maximum(j - 1, 0)], 0.0)
+    w = w - alpha * v - prev_beta * basis[jnp.maximum(j - 1, 0)]
     w = orthogonalise(w, basis)
     beta = jnp.linalg.norm(w)
     scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
     broke = beta <= tiny * jnp.maximum(scale, 1e-30)
-    restart = orthogonalise(fresh[j], basis)
-    w_next = jnp.where(broke, restart / jnp.linalg.norm(restart), w / jnp.where(
-        broke, 1.0, beta))
+    w_next = jax.lax.cond(broke, lambda: restart(j, basis),
+                          lambda: w / jnp.where(broke, 1.0, beta))
     beta = jnp.where(broke, 0.0, beta)
     basis = jax.lax.cond(j + 1 < num_steps,
                          lambda b: b.at[j + 1].set(w_next), lambda b: b, basis)
@@ -301,7 +322,7 @@ def lanczos_ritz(matvec: Callable, v0, num_steps: int):
   alphas = jnp.zeros((num_steps,), real_dtype)
   betas = jnp.zeros((num_steps,), real_dtype)
   basis, alphas, betas, _ = jax.lax.fori_loop(
-      0, num_steps, body, (basis, alphas, betas, scale))
+      0, num_steps, body, (basis, alphas, betas, jnp.zeros((), real_dtype)))
   tri = (jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1))
   return jnp.linalg.eigvalsh(tri)
 
@@ -623,3 +644,26 @@ def numerical_range_support(a, angles):
   a = jnp.asarray(a).astype(_complex_dtype(jnp.asarray(a)))
   rot = jnp.exp(-1j * jnp.asarray(angles))[:, None, None] * a
   return jnp.linalg.eigvalsh(hermitian_part(rot))[..., -1]
+
+
+def synthetic_content(kind: str, n: int, d: int, key, *, theta=None):
+  """Content sequences ``[n, d]`` for Prop. 8 (when does RoPE contract?).
+
+  * ``isotropic``: i.i.d. N(0, 1) tokens -- RoPE and NoPE logits equal in law;
+  * ``persistent``: one random vector repeated (DC content) -- RoPE contracts;
+  * ``mean_noise``: a random mean plus N(0, 0.5²) noise;
+  * ``counter_rotating``: ``R(-m θ) a`` -- content that undoes the rotation,
+    for which RoPE *expands* λ_max.
+  """
+  k1, k2 = jax.random.split(key)
+  if kind == "isotropic":
+    return jax.random.normal(k1, (n, d))
+  a = jax.random.normal(k1, (d,))
+  if kind == "persistent":
+    return jnp.broadcast_to(a, (n, d))
+  if kind == "mean_noise":
+    return a + 0.5 * jax.random.normal(k2, (n, d))
+  if kind == "counter_rotating":
+    theta = rope_frequencies(d) if theta is None else theta
+    return rope_rotate(jnp.broadcast_to(a, (n, d)), -jnp.asarray(theta))
+  raise ValueError(f"unknown content kind {kind!r}")
