@@ -47,6 +47,15 @@ flags.DEFINE_integer("eval_every", None,
                      "Steps between evaluations and checkpoints (default: 1 epoch).")
 flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only).")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
+flags.DEFINE_bool("distributed", False,
+                  "Call jax.distributed.initialize() first (multi-host: TPU pod "
+                  "slices and SLURM are auto-detected; run the same command on "
+                  "every host). Only process 0 writes files.")
+flags.DEFINE_string("coordinator_address", None,
+                    "host:port of process 0 (with --distributed, when not "
+                    "auto-detected).")
+flags.DEFINE_integer("num_processes", None, "Total processes (with --distributed).")
+flags.DEFINE_integer("process_id", None, "This process's id (with --distributed).")
 
 
 class UsageError(ValueError):
@@ -134,6 +143,24 @@ def _check_writable(workdir: str) -> None:
                      f"{e.strerror or e})") from None
 
 
+def _init_distributed() -> None:
+  import jax
+  kwargs = {k: v for k, v in dict(coordinator_address=FLAGS.coordinator_address,
+                                    num_processes=FLAGS.num_processes,
+                                    process_id=FLAGS.process_id).items()
+            if v is not None}
+  # CPU processes need a collectives backend for cross-process gathers; the
+  # option only concerns the CPU client (it must be set before backends start).
+  try:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  except Exception:  # pragma: no cover - option absent in this jax
+    pass
+  jax.distributed.initialize(**kwargs)
+  print(f"process {jax.process_index()}/{jax.process_count()}: "
+        f"{jax.local_device_count()} local of {jax.device_count()} devices",
+        file=sys.stderr, flush=True)
+
+
 def _progress(tag: str):
   def show(p: dict) -> None:
     eta = p["eta_s"]
@@ -154,8 +181,16 @@ def main(argv):
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  if FLAGS.distributed:
+    _init_distributed()
+  elif FLAGS.coordinator_address or FLAGS.num_processes or FLAGS.process_id is not None:
+    print("error: --coordinator_address/--num_processes/--process_id need "
+          "--distributed", file=sys.stderr)
+    return 2
   from pe_spectral import runner  # noqa: E402  (imports JAX)
   seeds = list(range(FLAGS.seed, FLAGS.seed + FLAGS.seeds))
+  import jax
+  quiet = jax.process_index() != 0
   rows = []
   for rc, workdir in runs:
     tag = os.path.relpath(workdir)
@@ -164,11 +199,14 @@ def main(argv):
           flush=True)
     try:
       s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
-                     resume=FLAGS.resume, progress=_progress(tag))
+                     resume=FLAGS.resume,
+                     progress=None if quiet else _progress(tag))
     except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 1
     rows.append((tag, s))
+  if quiet:
+    return 0
   print(f"\n{'run':<34} {'test acc (mean ± std)':>22}  per-seed test accuracy (%)")
   for tag, s in rows:
     per = " ".join(f"{100 * a:.1f}" for a in s["test_accuracy"])

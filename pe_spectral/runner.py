@@ -119,10 +119,11 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     write_json(paths["config"], config)
 
   keys = trainer.shard(trainer.seed_keys(seeds))
-  train_ids, train_labels = trainer.replicate((data.train_ids, data.train_labels))
-  test_ids, test_labels = trainer.replicate((data.test_ids, data.test_labels))
   n_sub = min(rc.train.train_eval_examples, num_train)
-  sub_ids, sub_labels = train_ids[:n_sub], train_labels[:n_sub]
+  train_ids, train_labels, test_ids, test_labels, sub_ids, sub_labels = (
+      trainer.replicate((data.train_ids, data.train_labels, data.test_ids,
+                         data.test_labels, data.train_ids[:n_sub],
+                         data.train_labels[:n_sub])))
 
   ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep)
   try:
@@ -144,7 +145,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       t0 = time.time()
       k = min(eval_every, total - step)
       states, losses = trainer.train_chunk(states, keys, train_ids, train_labels, k)
-      losses = np.asarray(losses)  # [seeds, k]
+      losses = trainer.fetch(losses)  # [seeds, k]
       if not np.isfinite(losses).all():
         bad = [s for s, ok in zip(seeds, np.isfinite(losses).all(1)) if not ok]
         raise NonFiniteLossError(
@@ -152,8 +153,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
             f"stopping. The last good checkpoint (step "
             f"{ckpt.latest_step()}) is kept in {paths['ckpt']}")
       step += k
-      test_acc, test_loss = trainer.evaluate(states, test_ids, test_labels)
-      train_acc, _ = trainer.evaluate(states, sub_ids, sub_labels)
+      test_acc, test_loss = map(trainer.fetch, trainer.evaluate(
+          states, test_ids, test_labels))
+      train_acc = trainer.fetch(trainer.evaluate(states, sub_ids, sub_labels)[0])
       dt = time.time() - t0
       elapsed += dt
       rec = {"step": step, "epoch": step / trainer.steps_per_epoch,

@@ -170,26 +170,51 @@ class Trainer:
                           donate_argnums=(0,))
     self._eval = jax.jit(self._eval_impl)
 
-  # -- keys ------------------------------------------------------------------
+  # -- seeds and placement ---------------------------------------------------
   @staticmethod
   def seed_keys(seeds) -> jax.Array:
-    """One PRNG key per seed: ``[num_seeds]`` typed keys."""
-    return jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    """The per-seed key material: a ``uint32 [num_seeds]`` array.
+
+    Kept as plain integers (not typed keys) so it can be placed on a
+    multi-process mesh; ``jax.random.key(seed)`` is formed inside the
+    compiled per-seed functions.
+    """
+    return jnp.asarray(np.asarray(seeds, np.uint32))
+
+  def _place(self, tree, spec):
+    if self.mesh is None:
+      return tree
+    sharding = NamedSharding(self.mesh, spec)
+    if jax.process_count() == 1:
+      return jax.device_put(tree, sharding)
+
+    def put(x):  # every process holds the same host value; each places its shards
+      if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x  # already a global array
+      x = np.asarray(x)
+      return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, tree)
 
   def shard(self, tree):
     """Places a seed-leading pytree on the mesh (no-op on one device)."""
-    if self.mesh is None:
-      return tree
-    sharding = NamedSharding(self.mesh, PartitionSpec("seeds"))
-    return jax.device_put(tree, sharding)
+    return self._place(tree, PartitionSpec("seeds"))
 
   def replicate(self, tree):
-    if self.mesh is None:
-      return tree
-    return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+    """Places a pytree (e.g. the dataset) on every device of the mesh."""
+    return self._place(tree, PartitionSpec())
+
+  @staticmethod
+  def fetch(x) -> np.ndarray:
+    """A (possibly multi-process sharded) array as a full host NumPy array."""
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
 
   # -- init ------------------------------------------------------------------
-  def init_one(self, key):
+  def init_one(self, seed):
+    key = jax.random.key(seed)
     params = model_lib.init_model(self.model_cfg, jax.random.fold_in(key, 0))[1]
     return {"params": params, "opt_state": self.tx.init(params),
             "step": jnp.zeros((), jnp.int32)}
@@ -200,7 +225,7 @@ class Trainer:
 
   def abstract_state(self, num_seeds: int):
     """Shape/dtype (and sharding) structure of ``init``'s output (for restore)."""
-    keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
+    keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
     shapes = jax.eval_shape(jax.vmap(self.init_one), keys)
     if self.mesh is None:
       return shapes
@@ -231,8 +256,9 @@ class Trainer:
     return {"params": params, "opt_state": opt_state,
             "step": state["step"] + 1}, loss
 
-  def _chunk_one(self, state, key, train_ids, train_labels, num_steps):
+  def _chunk_one(self, state, seed, train_ids, train_labels, num_steps):
     """``num_steps`` steps of one seed, from ``state['step']``."""
+    key = jax.random.key(seed)
     spe, batch = self.steps_per_epoch, self.train_cfg.batch_size
     n = train_ids.shape[0]
     order_key = jax.random.fold_in(key, 1)

@@ -1,0 +1,69 @@
+"""Launchers: --dry_run prints the expected command lines; bad inputs fail; shellcheck-clean."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch"]
+
+
+def _run(*args):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+  return subprocess.run(["bash", *args], cwd=ROOT, capture_output=True, text=True,
+                        env=env)
+
+
+def test_local_dry_run():
+  out = _run("launch/local.sh", "--dry_run", "--seeds", "3")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 4
+  assert lines[0].startswith("python -m experiments.sweep --preset=cpu --task=distance")
+  assert "--seeds=3" in lines[0] and "--pe=nope,sinusoidal" in lines[0]
+  assert "--task=count" in lines[2] and "--rope_heads=1,2" in lines[3]
+
+
+def test_gpu_dry_run():
+  out = _run("launch/gpu.sh", "--dry_run", "--epochs", "5", "rope,nope", "8")
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == ("python -m experiments.sweep --preset=paper "
+                                "--task=distance --pe=rope,nope --seeds=8 --epochs=5")
+
+
+def test_tpu_dry_run():
+  out = _run("launch/tpu_vm.sh", "--dry_run", "my-tpu", "us-central2-b", "rope", "8")
+  assert out.returncode == 0, out.stderr
+  line = out.stdout.strip()
+  assert line.startswith("gcloud compute tpus tpu-vm ssh my-tpu --zone=us-central2-b "
+                         "--worker=all --command=")
+  assert "experiments.sweep\\ --distributed" in line
+
+
+def test_slurm_dry_run():
+  out = _run("launch/slurm.sbatch", "--dry_run", "rope", "8")
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == ("srun --kill-on-bad-exit=1 python -m experiments.sweep "
+                                "--distributed --preset=paper --pe=rope --seeds=8")
+
+
+@pytest.mark.parametrize("args", [
+    ["launch/gpu.sh", "--dry_run", "rope", "x"],
+    ["launch/gpu.sh", "--dry_run", "rope"],
+    ["launch/local.sh", "--dry_run", "--seeds", "0"],
+    ["launch/local.sh", "--bogus"],
+    ["launch/tpu_vm.sh", "--dry_run", "name"],
+    ["launch/slurm.sbatch", "rope", "8"],  # not inside a SLURM job
+])
+def test_bad_arguments_fail(args):
+  out = _run(*args)
+  assert out.returncode == 2 and out.stderr.startswith("error:")
+  assert out.stdout == ""
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_shellcheck_clean():
+  out = subprocess.run(["shellcheck", "-x", *SCRIPTS, "launch/common.sh"], cwd=ROOT,
+                       capture_output=True, text=True)
+  assert out.returncode == 0, out.stdout
