@@ -71,6 +71,11 @@ class RunConfig:
     return {"preset": self.preset, "model": self.model.to_dict(),
             "task": self.task.to_dict(), "train": self.train.to_dict()}
 
+  @classmethod
+  def from_dict(cls, d: dict) -> "RunConfig":
+    return cls(d["preset"], ModelConfig(**d["model"]), TaskConfig(**d["task"]),
+               TrainConfig(**d["train"]))
+
 
 def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           rope_heads: Optional[int] = None, data_seed: int = 0,

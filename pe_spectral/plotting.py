@@ -121,3 +121,52 @@ def spectral_content_contraction(rows: list[dict], path: str) -> None:
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
+
+
+def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
+  """Layers × heads heatmap of the mean accuracy drop; largest drop per layer annotated."""
+  d = np.asarray(mean_drop, float)
+  layers, heads = d.shape
+  fig, ax = plt.subplots(figsize=(max(4.5, 1.0 + 0.45 * heads), 1.6 + 0.45 * layers),
+                         dpi=110)
+  vmax = max(float(np.abs(d).max()), 1e-9)
+  im = ax.imshow(d, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+  for l in range(layers):
+    h = int(np.argmax(d[l]))
+    ax.text(h, l, f"{d[l, h]:.0f}", ha="center", va="center", fontsize=7,
+            color="white" if abs(d[l, h]) > 0.5 * vmax else "black",
+            fontweight="bold")
+  ax.set_xticks(range(heads))
+  ax.set_yticks(range(layers))
+  ax.set_xlabel("head")
+  ax.set_ylabel("layer")
+  ax.set_title(title, fontsize=7)
+  fig.colorbar(im, ax=ax, label="accuracy drop (points)", shrink=0.8)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def accuracy_bars(names, means, cis, per_seed, paper, path: str, title: str = "") -> None:
+  """Horizontal bars (mean ± CI) with per-seed dots and the paper's number as a cross."""
+  k = len(names)
+  fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.32 * k), dpi=110)
+  y = np.arange(k)
+  ax.barh(y, means, xerr=cis, color="tab:blue", alpha=0.6, capsize=3)
+  for i, pts in enumerate(per_seed):
+    ax.plot(pts, np.full(len(pts), i), "k.", ms=3)
+  px = [(i, p) for i, p in enumerate(paper) if p is not None]
+  if px:
+    ax.plot([p for _, p in px], [i for i, _ in px], "rx", ms=7,
+            label="paper (its preset, 1 seed)")
+    ax.legend(fontsize=7, loc="lower right")
+  ax.set_yticks(y)
+  ax.set_yticklabels(names, fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlim(0, 100)
+  ax.set_xlabel("test accuracy (%)")
+  ax.set_title(title, fontsize=8)
+  ax.grid(axis="x", alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)

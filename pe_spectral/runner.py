@@ -29,8 +29,8 @@ from pe_spectral import plotting, tasks
 from pe_spectral.checkpoint import Checkpointer
 from pe_spectral.train import Trainer, seed_mesh
 
-__all__ = ["run", "NonFiniteLossError", "ConfigMismatchError", "read_jsonl",
-           "write_json"]
+__all__ = ["run", "load_run", "NonFiniteLossError", "ConfigMismatchError",
+           "read_jsonl", "write_json"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -199,3 +199,28 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                                                  else "")
     plotting.accuracy_curves(records, paths["plot"], title)
   return summary
+
+
+def load_run(workdir: str, run_config_from_dict):
+  """Reloads a trained run: ``(config dict, trainer, states, data, step)``.
+
+  ``run_config_from_dict`` rebuilds the run config (``RunConfig.from_dict``);
+  the dataset is regenerated from its ``data_seed`` (deterministic), the
+  state restored from the latest checkpoint.
+  """
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = json.load(f)
+  rc = run_config_from_dict(config["run"])
+  data = tasks.generate(rc.task)
+  seeds = config["seeds"]
+  trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                    mesh=seed_mesh(len(seeds)))
+  ckpt = Checkpointer(os.path.join(workdir, "ckpt"))
+  try:
+    step = ckpt.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint under {workdir}/ckpt")
+    states, _ = ckpt.restore(step, trainer.abstract_state(len(seeds)))
+  finally:
+    ckpt.close()
+  return config, rc, trainer, states, data, step

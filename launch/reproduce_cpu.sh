@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The CPU reproduction study (cpu preset, 3 seeds): sweeps, head ablations, report.
+# Rerunnable: finished runs are skipped, interrupted ones resume from checkpoints.
+#   launch/reproduce_cpu.sh [--dry_run] [--seeds N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=launch/common.sh
+. launch/common.sh
+
+SEEDS=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry_run) DRY_RUN=1 ;;
+    --seeds) shift; SEEDS="${1:-}" ;;
+    *) die "unknown argument '$1' (use --dry_run, --seeds N)" ;;
+  esac
+  shift
+done
+require_positive_int "$SEEDS" "--seeds"
+SWEEP=(python -m experiments.sweep --preset=cpu --seeds="$SEEDS")
+
+# Most informative first, so a partial study already answers the main questions.
+run_or_print "${SWEEP[@]}" --task=distance --pe=rope,nope,alibi,sinusoidal
+run_or_print "${SWEEP[@]}" --task=count --pe=nope,rope,mla
+run_or_print "${SWEEP[@]}" --task=distance --pe=mla,learned,relative,rope_sinusoidal
+run_or_print "${SWEEP[@]}" --task=distance --pe=partial_rope --rope_heads=1,2
+run_or_print "${SWEEP[@]}" --task=distance --faithful --pe=rope_sinusoidal,nope,mla
+run_or_print "${SWEEP[@]}" --task=count --faithful --pe=rope_sinusoidal,nope,mla
+run_or_print "${SWEEP[@]}" --task=count --pe=alibi,sinusoidal,learned,relative
+
+for wd in runs/distance/*/ runs/count/*/; do
+  [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
+  run_or_print python -m experiments.ablate --workdir="${wd%/}"
+done
+run_or_print python -m experiments.report --runs=runs --out=RESULTS.md

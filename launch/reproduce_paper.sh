@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The reproduction study at the paper preset (one GPU; 8 seeds; faithful and clean).
+#   launch/reproduce_paper.sh [--dry_run] [--seeds N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=launch/common.sh
+. launch/common.sh
+
+SEEDS=8
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry_run) DRY_RUN=1 ;;
+    --seeds) shift; SEEDS="${1:-}" ;;
+    *) die "unknown argument '$1' (use --dry_run, --seeds N)" ;;
+  esac
+  shift
+done
+require_positive_int "$SEEDS" "--seeds"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+SWEEP=(python -m experiments.sweep --preset=paper --seeds="$SEEDS")
+ALL=nope,sinusoidal,learned,relative,alibi,rope,rope_sinusoidal,mla
+
+for task in distance count; do
+  run_or_print "${SWEEP[@]}" --task="$task" --pe="$ALL"
+  run_or_print "${SWEEP[@]}" --task="$task" --pe=partial_rope --rope_heads=1,2,3
+  run_or_print "${SWEEP[@]}" --task="$task" --faithful --pe=rope_sinusoidal,nope,alibi,relative,learned,sinusoidal,mla
+done
+for wd in runs/distance/*-paper/ runs/count/*-paper/; do
+  [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
+  run_or_print python -m experiments.ablate --workdir="${wd%/}" --split=all
+done
+run_or_print python -m experiments.report --runs=runs --out=RESULTS.md

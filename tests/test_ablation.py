@@ -1,0 +1,113 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import configs
+from pe_spectral import ablation, tasks, train
+
+
+@pytest.fixture(scope="module")
+def trained():
+  rc = configs.build("smoke", "distance", "rope", steps=30)
+  data = tasks.generate(rc.task)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  keys = tr.seed_keys([0, 1])
+  states, _ = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 30)
+  return tr, states, data
+
+
+def test_ablate_heads_equals_python_loop(trained):
+  tr, states, data = trained
+  res = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels)
+  cfg = tr.model_cfg
+  assert res["ablated"].shape == (2, cfg.num_layers, cfg.num_heads)
+  for s in range(2):
+    p = jax.tree.map(lambda x: x[s], states["params"])
+    base = float(tr._eval_one(p, data.test_ids, data.test_labels)[0])
+    assert res["baseline"][s] == pytest.approx(base, abs=1e-6)
+    for l in range(cfg.num_layers):
+      for h in range(cfg.num_heads):
+        mask = jnp.ones((cfg.num_layers, cfg.num_heads)).at[l, h].set(0.0)
+        acc = float(tr._eval_one(p, data.test_ids, data.test_labels, head_mask=mask)[0])
+        assert res["ablated"][s, l, h] == pytest.approx(acc, abs=1e-6)
+  assert np.abs(res["ablated"] - res["baseline"][:, None, None]).max() > 0
+
+
+def test_chunked_masks_and_keep_only(trained):
+  tr, states, data = trained
+  a = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels)
+  b = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels,
+                            mask_chunk=3)
+  np.testing.assert_allclose(a["ablated"], b["ablated"], atol=1e-6)
+  k = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels,
+                            mode="keep_only")
+  # With 2 heads, "keep only head 0" == "ablate head 1".
+  np.testing.assert_allclose(k["ablated"][:, :, 0], a["ablated"][:, :, 1], atol=1e-6)
+
+
+def test_ablating_a_dead_head_changes_nothing(trained):
+  tr, states, data = trained
+  params = jax.tree.map(lambda x: x, states["params"])
+  # Kill layer 0 head 1 by zeroing its value projection columns: its output is 0.
+  hd = tr.model_cfg.head_dim
+  v = params["blocks"][0]["attn"]["v_proj"]
+  v["kernel"] = v["kernel"].at[..., hd:2 * hd].set(0.0)
+  v["bias"] = v["bias"].at[..., hd:2 * hd].set(0.0)
+  res = ablation.ablate_heads(tr, params, data.test_ids, data.test_labels)
+  np.testing.assert_allclose(res["ablated"][:, 0, 1], res["baseline"], atol=1e-6)
+
+
+def test_leak_masks():
+  m = ablation.head_masks(3, 4, leak=True)
+  # ablating layer 2 head 0 also zeroes head 3 of layers 0 and 1
+  assert m[2 * 4 + 0, 2, 0] == 0 and m[2 * 4 + 0, 0, 3] == 0 and m[2 * 4 + 0, 1, 3] == 0
+  assert m[0, 0, 3] == 1
+  clean = ablation.head_masks(3, 4)
+  assert float(clean.sum()) == 12 * 11
+
+
+def test_deposit_score_bounds():
+  base = np.array([0.9])
+  identical = np.full((1, 1, 4), 0.7)
+  assert ablation.deposit_scores(base, identical)["score"][0, 0] == pytest.approx(0.0)
+  single = np.array([[[0.2, 0.9, 0.9, 0.9]]])
+  s = ablation.deposit_scores(base, single)
+  assert s["score"][0, 0] == pytest.approx(1.0)
+  assert s["max_drop"][0, 0] == pytest.approx(0.7) and s["argmax_head"][0, 0] == 0
+  none = np.full((1, 1, 4), 0.9)
+  assert ablation.deposit_scores(base, none)["score"][0, 0] == 0.0
+
+
+def test_mean_ci_matches_t_interval():
+  from scipy import stats
+  x = np.array([0.1, 0.4, 0.35, 0.2])
+  mean, half = ablation.mean_ci(x)
+  want = stats.t.ppf(0.975, 3) * x.std(ddof=1) / 2
+  assert mean == pytest.approx(x.mean()) and half == pytest.approx(want, rel=1e-3)
+
+
+def test_ablate_cli_writes_json_and_heatmap(tmp_path):
+  import json
+  import os
+  import subprocess
+  import sys
+  wd = str(tmp_path / "run")
+  subprocess.run([sys.executable, "-m", "experiments.sweep", "--preset=smoke",
+                  "--seeds=2", "--steps=12", f"--workdir={wd}"], check=True,
+                 capture_output=True)
+  out = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}"],
+                       capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-2000:]
+  with open(os.path.join(wd, "ablation.json")) as f:
+    res = json.load(f)
+  assert len(res["ablated"]) == 2 and len(res["ablated"][0]) == 2  # seeds, layers
+  assert len(res["deposit_score_mean"]) == 2
+  with open(os.path.join(wd, "summary.json")) as f:
+    summary = json.load(f)
+  # the restored checkpoint reproduces the sweep's final test accuracy
+  assert res["baseline"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
+  assert os.path.getsize(os.path.join(wd, "ablation.png")) > 1000
+  bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
+                        f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
+  assert bad.returncode == 2 and "error:" in bad.stderr
