@@ -330,17 +330,28 @@ class TransformerClassifier(nnx.Module):
       dropout_key: PRNG key enabling dropout (training); None = deterministic.
       head_mask: ``[num_layers, num_heads]`` output factors (1 keep, 0 ablate).
     """
+    return self.forward(ids, dropout_key=dropout_key, head_mask=head_mask)[0]
+
+  def forward(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
+              head_mask: Optional[jax.Array] = None, input_pe: bool = True):
+    """``(logits, e, layer_inputs)``: also the input embeddings ``e`` and each
+    block's input residual stream (for analysis). ``input_pe=False`` drops the
+    input positional table (the content-only counterpart used by
+    ``decompose.py``); biases and rotations are unaffected.
+    """
     cfg = self.cfg
     chex.assert_rank(ids, 2)
     if head_mask is not None:
       chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
     seq_len = ids.shape[1]
     positions = jnp.arange(seq_len)
-    e = self.embed_inputs(ids)
+    e = self.embed_inputs(ids) if input_pe else self.embed(ids)
     mask = self.attention_mask(ids)
     alibi = self.alibi(seq_len)
     x = e
+    inputs = []
     for i, block in enumerate(self.blocks):
+      inputs.append(x)
       key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
       x = block(x, e, positions=positions, alibi=alibi, mask=mask,
                 head_mask=None if head_mask is None else head_mask[i], key=key)
@@ -351,7 +362,7 @@ class TransformerClassifier(nnx.Module):
       pooled = (x * real).sum(1) / jnp.maximum(real.sum(1), 1.0)
     else:
       pooled = x.mean(1)
-    return self.head(pooled)
+    return self.head(pooled), e, inputs
 
 
 def init_model(cfg: ModelConfig, key: jax.Array):

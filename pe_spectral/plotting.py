@@ -170,3 +170,41 @@ def accuracy_bars(names, means, cis, per_seed, paper, path: str, title: str = ""
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
+
+
+def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
+  """Left: layers × heads median contraction ratio (mean over seeds), deposit heads
+  boxed; right: distribution over examples (all seeds) per layer/head."""
+  r = np.asarray(ratio, float)  # [seeds, examples, layers, heads]
+  _, _, layers, heads = r.shape
+  med = np.median(r, axis=1).mean(0)
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 1.8 + 0.5 * layers), dpi=110)
+  lim = max(abs(np.log2(med)).max(), 0.1)
+  im = a1.imshow(np.log2(med), cmap="PuOr_r", vmin=-lim, vmax=lim, aspect="auto")
+  for l in range(layers):
+    for h in range(heads):
+      a1.text(h, l, f"{med[l, h]:.2f}", ha="center", va="center", fontsize=6)
+  if deposit is not None:
+    dep = np.asarray(deposit)
+    for l in range(layers):
+      h = int(np.bincount(dep[:, l], minlength=heads).argmax())  # most frequent
+      a1.add_patch(plt.Rectangle((h - 0.5, l - 0.5), 1, 1, fill=False, ec="k", lw=2))
+  a1.set_xticks(range(heads))
+  a1.set_yticks(range(layers))
+  a1.set_xlabel("head")
+  a1.set_ylabel("layer")
+  a1.set_title("spread(S(L)) / spread(S(L_θ=0)), median (box: deposit head)", fontsize=7)
+  fig.colorbar(im, ax=a1, label="log2 ratio", shrink=0.8)
+  data = [r[:, :, l, h].ravel() for l in range(layers) for h in range(heads)]
+  a2.boxplot(data, showfliers=False)
+  a2.axhline(1.0, color="k", lw=0.8)
+  a2.set_yscale("log")
+  a2.set_xticks(range(1, layers * heads + 1))
+  a2.set_xticklabels([f"{l}.{h}" for l in range(layers) for h in range(heads)],
+                     fontsize=6, rotation=90)
+  a2.set_xlabel("layer.head")
+  a2.set_title("distribution over examples and seeds", fontsize=7)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
