@@ -51,6 +51,8 @@ def main(argv):
   stable = np.stack([trainer.fetch(s["measures"]["stable_rank"]) for s in summ], 2)
   spread = np.stack([trainer.fetch(s["measures"]["spread"]) for s in summ], 2)
   defect = np.stack([trainer.fetch(s["measures"]["toeplitz_defect"]) for s in summ], 2)
+  bias_spread = np.stack([trainer.fetch(s["bias_spread"]) for s in summ], 2)
+  nobias_spread = np.stack([trainer.fetch(s["without_bias_spread"]) for s in summ], 2)
   terms = {k: np.stack([trainer.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
            for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B")}
   deposit = None
@@ -67,6 +69,8 @@ def main(argv):
       "stable_rank_median": np.median(stable, axis=1).tolist(),
       "spread_median": np.median(spread, axis=1).tolist(),
       "toeplitz_defect_median": np.median(defect, axis=1).tolist(),
+      "bias_spread_median": np.median(bias_spread, axis=1).tolist(),
+      "without_bias_spread_median": np.median(nobias_spread, axis=1).tolist(),
       "term_norm_mean": {k: v.tolist() for k, v in terms.items()},  # [L, H]
       "additive_residual_max": float(max(np.max(trainer.fetch(s["additive_residual"]))
                                          for s in summ)),

@@ -50,10 +50,11 @@ def load_runs(root: str) -> list[dict]:
       s = json.load(f)
     s["workdir"] = wd
     s["name"] = os.path.basename(wd)
-    abl = os.path.join(wd, "ablation.json")
-    if os.path.exists(abl):
-      with open(abl) as f:
-        s["ablation"] = json.load(f)
+    for key, fname in (("ablation", "ablation.json"), ("decompose", "decompose.json")):
+      extra = os.path.join(wd, fname)
+      if os.path.exists(extra):
+        with open(extra) as f:
+          s[key] = json.load(f)
     cfg = os.path.join(wd, "config.json")
     if os.path.exists(cfg):
       with open(cfg) as f:
@@ -109,6 +110,40 @@ def deposit_table(runs) -> list[str]:
                  f"{len(a['baseline'])} | {100 * np.mean(a['baseline']):.1f} | "
                  f"{'; '.join(cells)} |")
   return lines
+
+
+def spectra_section(runs) -> list[str]:
+  """Trained-model logit spectra (decompose.json): contraction and bias widening."""
+  rows = [r for r in runs if r.get("decompose")]
+  if not rows:
+    return []
+  lines = ["## Logit spectra of trained models", "",
+           "From `python -m experiments.decompose` (fixed test examples; medians over "
+           "examples, then mean over seeds). *Contraction ratio* = spread(S(L)) / "
+           "spread(S(L_θ=0)): the same layer's logits with the rotation removed (1 for "
+           "non-rotary PEs). For additive biases, spread(S(B)) and spread(S(L − B)) "
+           "show how much of the logit spread the bias term carries (Weyl: "
+           "spread(S(L)) ≥ spread(S(B)) − spread(S(L − B))).", "",
+           "| task | PE | mode | layer | contraction ratio, mean over heads [min, max] | "
+           "deposit head vs other heads | spread S(L) | spread S(B) | spread S(L − B) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    d = r["decompose"]
+    ratio = np.asarray(d["contraction_ratio_median"]).mean(0)  # [L, H]
+    spread = np.asarray(d["spread_median"]).mean(0)
+    bias = np.asarray(d.get("bias_spread_median", np.zeros((1,) + ratio.shape))).mean(0)
+    nob = np.asarray(d.get("without_bias_spread_median",
+                           np.zeros((1,) + ratio.shape))).mean(0)
+    dep = "—"
+    if "deposit_head_ratio_mean" in d:
+      dep = f"{d['deposit_head_ratio_mean']:.3f} vs {d['other_heads_ratio_mean']:.3f}"
+    for l in range(ratio.shape[0]):
+      lines.append(
+          f"| {r['task']} | {_label(r)} | {'faithful' if r['faithful'] else 'clean'} | {l} | "
+          f"{ratio[l].mean():.3f} [{ratio[l].min():.3f}, {ratio[l].max():.3f}] | "
+          f"{dep if l == 0 else ''} | {spread[l].mean():.2f} | {bias[l].mean():.2f} | "
+          f"{nob[l].mean():.2f} |")
+  return lines + [""]
 
 
 def ceilings_section(runs, n_examples) -> list[str]:
@@ -169,6 +204,7 @@ def render(runs, out, figdir, ceiling_examples) -> str:
               "the test split. Deposit score = (max − mean of the per-head drops) ÷ ((1 − 1/H) × "
               "sum of positive drops): 0 when all heads matter equally, 1 when one head "
               "carries all the damage. Heatmaps: `ablation.png` in each workdir.", ""] + dep + [""]
+  parts += spectra_section(runs)
   if any(r["task"] == "distance" for r in runs):
     parts += ["## Task 1 ceilings", "",
               "Computed on the generated data: exact MAP over the admissible parses "

@@ -47,6 +47,9 @@ flags.DEFINE_integer("eval_every", None,
                      "Steps between evaluations and checkpoints (default: 1 epoch).")
 flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only).")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
+flags.DEFINE_integer("record_spectra", 0,
+                     "If > 0: at each eval, record per-layer/head logit spectra on "
+                     "this many fixed test examples into spectra.jsonl (not MLA).")
 flags.DEFINE_bool("distributed", False,
                   "Call jax.distributed.initialize() first (multi-host: TPU pod "
                   "slices and SLURM are auto-detected; run the same command on "
@@ -97,6 +100,10 @@ def plan_runs():
     val = getattr(FLAGS, name)
     if val is not None and val < 1:
       raise UsageError(f"--{name} must be >= 1, got {val}")
+  if FLAGS.record_spectra < 0:
+    raise UsageError("--record_spectra must be >= 0")
+  if FLAGS.record_spectra and "mla" in pes:
+    raise UsageError("--record_spectra does not support --pe=mla")
   if FLAGS.learning_rate is not None and FLAGS.learning_rate <= 0:
     raise UsageError("--learning_rate must be > 0")
   heads = [None]
@@ -199,7 +206,7 @@ def main(argv):
           flush=True)
     try:
       s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
-                     resume=FLAGS.resume,
+                     resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
                      progress=None if quiet else _progress(tag))
     except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
       print(f"error: {e}", file=sys.stderr)

@@ -31,5 +31,9 @@ run_or_print "${SWEEP[@]}" --task=count --pe=alibi,sinusoidal,learned,relative
 for wd in runs/distance/*/ runs/count/*/; do
   [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
   run_or_print python -m experiments.ablate --workdir="${wd%/}"
+  case "$wd" in
+    *mla*) ;;  # the decomposition does not cover MLA's decoupled rotary channel
+    *) run_or_print python -m experiments.decompose --workdir="${wd%/}" ;;
+  esac
 done
 run_or_print python -m experiments.report --runs=runs --out=RESULTS.md

@@ -28,5 +28,9 @@ done
 for wd in runs/distance/*-paper/ runs/count/*-paper/; do
   [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
   run_or_print python -m experiments.ablate --workdir="${wd%/}" --split=all
+  case "$wd" in
+    *mla*) ;;  # the decomposition does not cover MLA's decoupled rotary channel
+    *) run_or_print python -m experiments.decompose --workdir="${wd%/}" ;;
+  esac
 done
 run_or_print python -m experiments.report --runs=runs --out=RESULTS.md

@@ -103,6 +103,8 @@ def _layer_summary(graphdef, params, ids, layer: int):
   per = jax.vmap(jax.vmap(_measures, in_axes=(0, None)), in_axes=(0, 0))
   meas = per(t["logits"], mask)
   meas0 = per(t["logits_theta0"], mask)
+  spread_of = jax.vmap(jax.vmap(lambda l, m: _measures(l, m)["spread"],
+                                in_axes=(0, None)), in_axes=(0, 0))
   additive_sum = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
   scale = jnp.abs(t["logits_theta0"]).max() + 1e-30
   res = {
@@ -111,6 +113,9 @@ def _layer_summary(graphdef, params, ids, layer: int):
       "norm_ratio": meas["singular_values"][..., 0] / jnp.maximum(
           meas0["singular_values"][..., 0], 1e-30),
       "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
+      # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
+      "bias_spread": spread_of(t["B"], mask),
+      "without_bias_spread": spread_of(t["logits"] - t["B"], mask),
       "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
                      for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B")},
   }

@@ -208,3 +208,31 @@ def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
+
+
+def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
+  """Contraction ratio and stable rank (mean over seeds) of every layer.head vs step."""
+  if not rows:
+    return
+  steps = [r["step"] for r in rows]
+  ratio = np.asarray([r["contraction_ratio"] for r in rows]).mean(1)  # [T, L, H]
+  srank = np.asarray([r["stable_rank"] for r in rows]).mean(1)
+  _, layers, heads = ratio.shape
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=110)
+  cmap = plt.get_cmap("tab10")
+  for l in range(layers):
+    for h in range(heads):
+      style = dict(color=cmap(h % 10), ls=["-", "--", ":", "-."][l % 4])
+      a1.plot(steps, ratio[:, l, h], label=f"{l}.{h}", **style)
+      a2.plot(steps, srank[:, l, h], **style)
+  a1.axhline(1.0, color="k", lw=0.8)
+  a1.set_ylabel("spread(S(L)) / spread(S(L_θ=0))")
+  a2.set_ylabel("stable rank of row-centred L")
+  for ax in (a1, a2):
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+  a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
+  fig.suptitle(title + " — medians over probe examples, mean over seeds", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)

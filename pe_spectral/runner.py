@@ -69,8 +69,29 @@ def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
   return out
 
 
+def _spectra_record(trainer, states, probe_ids, step: int) -> dict:
+  """Per-layer/head spectral measures (median over the probe examples) per seed."""
+  from pe_spectral import decompose
+  summ = decompose.summarize(trainer.graphdef, states["params"], probe_ids,
+                             trainer.model_cfg.num_layers)
+  med = lambda f: np.stack([np.median(trainer.fetch(f(s)), axis=1) for s in summ],
+                           1).tolist()  # [seeds, layers, heads]
+  return {"step": step,
+          "contraction_ratio": med(lambda s: s["contraction_ratio"]),
+          "spread": med(lambda s: s["measures"]["spread"]),
+          "stable_rank": med(lambda s: s["measures"]["stable_rank"])}
+
+
+def _truncate_jsonl(path: str, step: int) -> list[dict]:
+  rows = [r for r in read_jsonl(path) if r["step"] <= step]
+  with open(path + ".tmp", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  os.replace(path + ".tmp", path)
+  return rows
+
+
 def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
-        resume: bool = True, max_to_keep: int = 2,
+        resume: bool = True, max_to_keep: int = 2, record_spectra: int = 0,
         progress: Optional[Callable[[dict], None]] = None) -> dict:
   """Trains ``len(seeds)`` models of ``rc`` (an ``experiments.configs.RunConfig``).
 
@@ -81,6 +102,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     eval_every: steps between evaluations/checkpoints (default: one epoch).
     resume: continue from ``workdir``'s last checkpoint if present; False
       discards an earlier run in ``workdir``.
+    record_spectra: if > 0, at each evaluation record per-layer/head logit
+      spectra (``decompose.py``) on this many fixed test examples into
+      ``spectra.jsonl`` (not for MLA).
     progress: called after each evaluation with a dict of progress fields.
 
   Returns:
@@ -95,12 +119,16 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh)
   total = trainer.total_steps
   eval_every = eval_every or trainer.steps_per_epoch
+  if record_spectra and rc.model.is_mla:
+    raise ValueError("record_spectra does not support MLA")
   config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,
             "total_steps": total, "steps_per_epoch": trainer.steps_per_epoch}
+  if record_spectra:
+    config["record_spectra"] = record_spectra
 
   paths = {k: os.path.join(workdir, v) for k, v in dict(
       config="config.json", metrics="metrics.jsonl", summary="summary.json",
-      plot="accuracy.png", ckpt="ckpt").items()}
+      plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl").items()}
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
@@ -110,7 +138,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
           + "; ".join(_config_diff(old, config)[:6])
           + "); pass --noresume to overwrite it or choose another --workdir")
     if not resume and writer:
-      for key in ("metrics", "summary", "plot"):
+      for key in ("metrics", "summary", "plot", "spectra"):
         if os.path.exists(paths[key]):
           os.remove(paths[key])
       shutil.rmtree(paths["ckpt"], ignore_errors=True)
@@ -137,9 +165,10 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       states = trainer.init(keys)
       records = []
     if writer:  # drop evaluations past the checkpoint (they will be redone)
-      with open(paths["metrics"] + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-      os.replace(paths["metrics"] + ".tmp", paths["metrics"])
+      _truncate_jsonl(paths["metrics"], step)
+      if record_spectra:
+        _truncate_jsonl(paths["spectra"], step)
+    probe_ids = test_ids[:record_spectra] if record_spectra else None
 
     while step < total:
       t0 = time.time()
@@ -168,6 +197,11 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       if writer:
         with open(paths["metrics"], "a") as f:
           f.write(json.dumps(rec) + "\n")
+      if record_spectra:
+        spec = _spectra_record(trainer, states, probe_ids, step)
+        if writer:
+          with open(paths["spectra"], "a") as f:
+            f.write(json.dumps(spec) + "\n")
       ckpt.save(step, states, {"step": step, "elapsed": elapsed})
       if kill_at == step:  # fault injection for the resume test (SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -198,6 +232,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     title = f"{rc.task.name} / {rc.model.pe}" + (" (faithful)" if rc.model.faithful
                                                  else "")
     plotting.accuracy_curves(records, paths["plot"], title)
+    if record_spectra:
+      plotting.spectra_over_training(read_jsonl(paths["spectra"]),
+                                     os.path.join(workdir, "spectra.png"), title)
   return summary
 
 

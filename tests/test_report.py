@@ -28,6 +28,13 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   _fixture_run(str(runs), "distance", "rope_sinusoidal-faithful", "rope_sinusoidal",
                [0.5, 0.6, 0.55], faithful=True)
   _fixture_run(str(runs), "count", "mla", "mla", [0.95, 0.96, 0.97])
+  dec = {"contraction_ratio_median": [[[0.5, 1.0]], [[0.7, 1.0]]],  # seeds, L, H
+         "spread_median": [[[2.0, 4.0]], [[2.0, 4.0]]],
+         "bias_spread_median": [[[1.0, 1.0]], [[1.0, 1.0]]],
+         "without_bias_spread_median": [[[3.0, 3.0]], [[3.0, 3.0]]],
+         "deposit_head_ratio_mean": 0.6, "other_heads_ratio_mean": 1.0}
+  with open(os.path.join(runs, "distance", "rope", "decompose.json"), "w") as f:
+    json.dump(dec, f)
   out = tmp_path / "RESULTS.md"
   res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
                         f"--out={out}", f"--figdir={tmp_path / 'fig'}",
@@ -41,6 +48,7 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   assert "92.64" in text and "97.41" in text  # paper numbers beside our rows
   assert "L0: 60.0 ± 3.00 / 0.90 ± 0.05" in text
   assert "Bayes ceiling" in text
+  assert "| distance | rope | clean | 0 | 0.800 [0.600, 1.000] | 0.600 vs 1.000 | 3.00 | 1.00 | 3.00 |" in text
   assert os.path.exists(tmp_path / "fig" / "accuracy_distance.png")
   # hand-written notes survive a re-render
   out.write_text(text + "\n<!-- hand-written notes below are kept by experiments.report -->\nNOTE\n")
