@@ -1,0 +1,193 @@
+r"""Training, ablation and compile benchmarks, ratios measured side by side in one run.
+
+  python -m benchmarks.run                         # cpu + paper presets, rope + nope
+  python -m benchmarks.run --presets=cpu --steps=20 --no_torch
+
+Prints a table and writes ``benchmarks/out/run.json``. Rows (faithful mode,
+i.e. the paper's architecture, so the PyTorch baseline is the same model):
+
+* matmul peak: 2048×2048 float32 matmul GFLOP/s in this process (the MFU denominator);
+* train throughput in seed-examples/s and model FLOP utilisation (FLOPs of one
+  train step from XLA's cost analysis) for 1 seed, 8 seeds vmapped, and 8 seeds
+  one after another (the same compiled 1-seed chunk run 8 times);
+* the PyTorch eager baseline (one seed per process, as the paper's code);
+* compile time of the first chunk and the chunk's trace count;
+* the all-heads ablation in one vmapped call vs a Python loop over heads.
+
+The paper preset is timed at ``--paper_batch`` (default 64, not 512) so a CPU
+run stays within minutes; throughput is per example, so batch only matters
+through efficiency. Never part of the test suite.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from pe_spectral import xla_config
+
+xla_config.tune_cpu()
+
+from absl import app, flags, logging  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("presets", "cpu,paper", "Presets to time.")
+flags.DEFINE_string("pes", "rope,nope", "PEs to time.")
+flags.DEFINE_integer("steps", 10, "Timed steps per measurement (cpu preset).")
+flags.DEFINE_integer("paper_steps", 2, "Timed steps per measurement (paper preset).")
+flags.DEFINE_integer("paper_batch", 64, "Batch size for the paper preset on CPU.")
+flags.DEFINE_integer("seeds", 8, "Seeds for the vmapped / sequential rows.")
+flags.DEFINE_bool("torch", True, "Time the PyTorch eager baseline (needs torch).")
+flags.DEFINE_bool("ablation", True, "Time vmapped ablation vs a per-head loop.")
+flags.DEFINE_string("out", "benchmarks/out/run.json", "JSON output.")
+
+
+def _timed(fn):
+  t = time.perf_counter()
+  out = fn()
+  jax.block_until_ready(out)
+  return time.perf_counter() - t, out
+
+
+def matmul_peak(n=2048, reps=5) -> float:
+  a = jax.random.normal(jax.random.key(0), (n, n))
+  f = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(f(a))
+  best = min(_timed(lambda: f(a))[0] for _ in range(reps))
+  return 2 * n ** 3 / best / 1e9
+
+
+def train_rows(preset, pe, steps, batch, seeds, peak, log):
+  from experiments import configs
+  from pe_spectral import tasks, train
+  rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch)
+  task = rc.task.replace(num_examples=max(4 * batch * (steps + 2), 2000))
+  data = tasks.generate(task)
+  tr = train.Trainer(rc.model, task, rc.train, num_train=data.train_ids.shape[0])
+  one = tr.seed_keys([0])
+  # FLOPs of one train step (one seed) from XLA's cost analysis.
+  state1 = jax.tree.map(lambda x: x[0], tr.init(one))
+  step_fn = jax.jit(lambda s, x, y: tr.train_step(s, x, y, jax.random.key(0)))
+  x, y = data.train_ids[:batch], data.train_labels[:batch]
+  cost = step_fn.lower(state1, x, y).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = float(cost.get("flops", float("nan")))
+  rows = {}
+
+  def measure(label, keys, repeat=1):
+    states = tr.init(keys)
+    t_compile, (states, _) = _timed(lambda: tr.train_chunk(
+        states, keys, data.train_ids, data.train_labels, steps))
+    total = 0.0
+    for r in range(repeat):
+      k = keys if repeat == 1 else tr.seed_keys([r])
+      st = tr.init(k)
+      st, _ = tr.train_chunk(st, k, data.train_ids, data.train_labels, steps)  # warm
+      dt, _ = _timed(lambda: tr.train_chunk(st, k, data.train_ids, data.train_labels,
+                                            steps))
+      total += dt
+    n_seeds = len(keys) * repeat
+    ex = n_seeds * steps * batch / total
+    rows[label] = {"seed_examples_per_s": ex, "seconds": total,
+                   "first_chunk_compile_s": t_compile,
+                   "mfu": flops * n_seeds * steps / total / (peak * 1e9)}
+    log(f"  {preset:<5} {pe:<5} {label:<14} {ex:9.1f} seed-ex/s  MFU "
+        f"{100 * rows[label]['mfu']:5.1f}%  first chunk {t_compile:6.1f}s")
+
+  measure("1 seed", one)
+  measure(f"{seeds} vmapped", tr.seed_keys(list(range(seeds))))
+  measure(f"{seeds} sequential", one, repeat=seeds)
+  rows["flops_per_step"] = flops
+  rows["chunk_traces"] = tr._chunk._cache_size()
+  rows["batch"] = batch
+  rows["model"] = dataclasses.asdict(rc.model)
+  return rows
+
+
+def torch_row(preset, pe, steps, batch, log):
+  try:
+    from benchmarks import torch_baseline
+  except ImportError:
+    return None
+  from experiments import configs
+  rc = configs.build(preset, "distance", pe, faithful=True)
+  m = rc.model
+  try:
+    r = torch_baseline.throughput(vocab=m.vocab_size, d_model=m.d_model,
+                                  heads=m.num_heads, layers=m.num_layers, d_ff=m.d_ff,
+                                  max_len=rc.task.max_len, batch=batch, pe=pe,
+                                  steps=steps)
+  except ModuleNotFoundError:
+    log("  torch not installed: pip install torch==2.13.0")
+    return None
+  log(f"  {preset:<5} {pe:<5} torch eager    {r['examples_per_s']:9.1f} ex/s")
+  return r
+
+
+def ablation_rows(log):
+  from experiments import configs
+  from pe_spectral import ablation, tasks, train
+  rc = configs.build("cpu", "distance", "rope")
+  data = tasks.generate(rc.task)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  params = tr.init(tr.seed_keys([0, 1, 2]))["params"]
+  ids, labels = data.test_ids, data.test_labels
+  ablation.ablate_heads(tr, params, ids[:64], labels[:64])  # compile (other shape)
+  t_v, _ = _timed(lambda: ablation.ablate_heads(tr, params, ids, labels)["ablated"])
+  t_v, _ = _timed(lambda: ablation.ablate_heads(tr, params, ids, labels)["ablated"])
+  masks = ablation.head_masks(rc.model.num_layers, rc.model.num_heads)
+  ev = jax.jit(jax.vmap(lambda p, m: tr._eval_one(p, ids, labels, head_mask=m)[0],
+                        in_axes=(0, None)))
+  jax.block_until_ready(ev(params, masks[0]))
+
+  def loop():
+    return [ev(params, m) for m in [jnp.ones_like(masks[0])] + list(masks)]
+
+  t_l, _ = _timed(loop)
+  log(f"  ablation ({masks.shape[0]} heads + baseline, 3 seeds, {ids.shape[0]} ex.): "
+      f"vmapped {t_v:.2f}s, per-head loop {t_l:.2f}s, ratio {t_l / t_v:.2f}x")
+  return {"vmapped_s": t_v, "loop_s": t_l, "speedup": t_l / t_v}
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  log = lambda m: print(m, flush=True)
+  res = {"date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,
+         "devices": str(jax.devices()), "xla_flags": os.environ.get("XLA_FLAGS", "")}
+  res["matmul_peak_gflops"] = peak = matmul_peak()
+  log(f"matmul peak (2048², float32): {peak:.1f} GFLOP/s")
+  res["train"] = {}
+  for preset in [p for p in FLAGS.presets.split(",") if p]:
+    steps = FLAGS.steps if preset != "paper" else FLAGS.paper_steps
+    from experiments import configs
+    batch = FLAGS.paper_batch if preset == "paper" else configs._TRAIN[preset]["batch_size"]
+    for pe in [p for p in FLAGS.pes.split(",") if p]:
+      row = train_rows(preset, pe, steps, batch, FLAGS.seeds, peak, log)
+      if FLAGS.torch:
+        row["torch"] = torch_row(preset, pe, steps, batch, log)
+      vm = row[f"{FLAGS.seeds} vmapped"]["seed_examples_per_s"]
+      sq = row[f"{FLAGS.seeds} sequential"]["seed_examples_per_s"]
+      row["vmapped_over_sequential"] = vm / sq
+      msg = f"  => {FLAGS.seeds} vmapped / {FLAGS.seeds} sequential = {vm / sq:.2f}x"
+      if row.get("torch"):
+        row["vmapped_over_torch"] = vm / row["torch"]["examples_per_s"]
+        msg += f"; vmapped / torch eager = {row['vmapped_over_torch']:.2f}x"
+      log(msg)
+      res["train"][f"{preset}/{pe}"] = row
+  if FLAGS.ablation:
+    res["ablation"] = ablation_rows(log)
+  os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
+  with open(FLAGS.out, "w") as f:
+    json.dump(res, f, indent=1, default=str)
+  log(f"wrote {FLAGS.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)
