@@ -38,3 +38,18 @@ require_positive_int() {
     die "$2 must be a positive integer, got '$1'"
   fi
 }
+
+# parse_dry_run_and_seeds DEFAULT "$@": sets DRY_RUN and SEEDS from --dry_run / --seeds N.
+parse_dry_run_and_seeds() {
+  SEEDS="$1"
+  shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --dry_run) DRY_RUN=1 ;;
+      --seeds) shift; SEEDS="${1:-}" ;;
+      *) die "unknown argument '$1' (use --dry_run, --seeds N)" ;;
+    esac
+    shift
+  done
+  require_positive_int "$SEEDS" "--seeds"
+}

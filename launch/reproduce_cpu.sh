@@ -7,16 +7,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
-SEEDS=3
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dry_run) DRY_RUN=1 ;;
-    --seeds) shift; SEEDS="${1:-}" ;;
-    *) die "unknown argument '$1' (use --dry_run, --seeds N)" ;;
-  esac
-  shift
-done
-require_positive_int "$SEEDS" "--seeds"
+parse_dry_run_and_seeds 3 "$@"
 SWEEP=(python -m experiments.sweep --preset=cpu --seeds="$SEEDS")
 
 # Most informative first, so a partial study already answers the main questions.

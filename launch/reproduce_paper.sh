@@ -6,16 +6,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
-SEEDS=8
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dry_run) DRY_RUN=1 ;;
-    --seeds) shift; SEEDS="${1:-}" ;;
-    *) die "unknown argument '$1' (use --dry_run, --seeds N)" ;;
-  esac
-  shift
-done
-require_positive_int "$SEEDS" "--seeds"
+parse_dry_run_and_seeds 8 "$@"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 SWEEP=(python -m experiments.sweep --preset=paper --seeds="$SEEDS")
 ALL=nope,sinusoidal,learned,relative,alibi,rope,rope_sinusoidal,mla
