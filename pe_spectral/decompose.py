@@ -85,37 +85,32 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   return out
 
 
-def _measures(l, mask):
-  """Per-matrix spectral measures of logits ``l`` [n, n] under a key/query mask [n]."""
-  m2 = mask[:, None] & mask[None, :]
-  centred = S.row_center(l, m2)
-  sv = jnp.linalg.svd(centred, compute_uv=False)
-  sym = S.symmetric_part(jnp.where(m2, l, 0.0))
-  eig = jnp.linalg.eigvalsh(sym)
-  return {"singular_values": sv, "sym_eigs": eig, "spread": S.spectral_spread(eig),
-          "stable_rank": (sv ** 2).sum() / jnp.maximum(sv[0] ** 2, 1e-30),
-          "toeplitz_defect": S.toeplitz_defect(jnp.where(m2, l, 0.0))}
-
-
 def _layer_summary(graphdef, params, ids, layer: int):
   t = layer_terms(graphdef, params, ids, layer)
   mask = ids != PAD_ID
-  per = jax.vmap(jax.vmap(_measures, in_axes=(0, None)), in_axes=(0, 0))
-  meas = per(t["logits"], mask)
-  meas0 = per(t["logits_theta0"], mask)
-  spread_of = jax.vmap(jax.vmap(lambda l, m: _measures(l, m)["spread"],
-                                in_axes=(0, None)), in_axes=(0, 0))
+  m2 = (mask[:, None, :, None] & mask[:, None, None, :])  # [b, 1, n, n]
+  # One batched eigh / svd over all matrices (many small LAPACK calls
+  # side by side were seen to stall XLA:CPU's thread pool).
+  mats = jnp.stack([t["logits"], t["logits_theta0"], t["B"],
+                    t["logits"] - t["B"]])                      # [4, b, h, n, n]
+  masked = jnp.where(m2, mats, 0.0)
+  eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))        # [4, b, h, n]
+  spread = S.spectral_spread(eig)                            # [4, b, h]
+  centred = S.row_center(mats[:2], m2)
+  sv = jnp.linalg.svd(centred, compute_uv=False)             # [2, b, h, n]
+  meas = {"singular_values": sv[0], "sym_eigs": eig[0], "spread": spread[0],
+          "stable_rank": (sv[0] ** 2).sum(-1) / jnp.maximum(sv[0, ..., 0] ** 2, 1e-30),
+          "toeplitz_defect": S.toeplitz_defect(masked[0])}
   additive_sum = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
   scale = jnp.abs(t["logits_theta0"]).max() + 1e-30
   res = {
       "measures": meas,
-      "contraction_ratio": meas["spread"] / jnp.maximum(meas0["spread"], 1e-30),
-      "norm_ratio": meas["singular_values"][..., 0] / jnp.maximum(
-          meas0["singular_values"][..., 0], 1e-30),
+      "contraction_ratio": spread[0] / jnp.maximum(spread[1], 1e-30),
+      "norm_ratio": sv[0, ..., 0] / jnp.maximum(sv[1, ..., 0], 1e-30),
       "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
       # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
-      "bias_spread": spread_of(t["B"], mask),
-      "without_bias_spread": spread_of(t["logits"] - t["B"], mask),
+      "bias_spread": spread[2],
+      "without_bias_spread": spread[3],
       "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
                      for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B")},
   }
