@@ -48,15 +48,14 @@ def output_name(mode: str, leak: bool, split: str) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  from experiments import configs
   wd = FLAGS.workdir
-  if not wd or not os.path.exists(os.path.join(wd, "config.json")):
-    print(f"error: --workdir must be a sweep workdir with config.json, got {wd!r}",
-          file=sys.stderr)
+  if (err := configs.workdir_error(wd)) is not None:
+    print(f"error: {err}", file=sys.stderr)
     return 2
   if FLAGS.leak and FLAGS.mode != "single":
     print("error: --leak only applies to --mode=single", file=sys.stderr)
     return 2
-  from experiments import configs
   from pe_spectral import ablation, plotting, runner
   t0 = time.time()
   try:

@@ -105,3 +105,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
                      f"{model_cfg.max_len}")
   train_cfg.steps_per_epoch(task_cfg.num_train)  # batch fits the train split
   return RunConfig(preset, model_cfg, task_cfg, train_cfg)
+
+
+def workdir_error(workdir) -> "str | None":
+  """The CLI error message for a path that is not a sweep workdir, else None."""
+  import os
+  if not workdir or not os.path.exists(os.path.join(workdir, "config.json")):
+    return f"--workdir must be a sweep workdir with config.json, got {workdir!r}"
+  return None

@@ -31,15 +31,14 @@ flags.DEFINE_integer("examples", 64, "Test examples to decompose.")
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  from experiments import configs
   wd = FLAGS.workdir
-  if not wd or not os.path.exists(os.path.join(wd, "config.json")):
-    print(f"error: --workdir must be a sweep workdir with config.json, got {wd!r}",
-          file=sys.stderr)
+  if (err := configs.workdir_error(wd)) is not None:
+    print(f"error: {err}", file=sys.stderr)
     return 2
   if FLAGS.examples < 1:
     print("error: --examples must be >= 1", file=sys.stderr)
     return 2
-  from experiments import configs
   from pe_spectral import decompose, plotting, runner
   config, rc, trainer, states, data, step = runner.load_run(wd, configs.RunConfig.from_dict)
   if rc.model.is_mla:
