@@ -5,7 +5,8 @@ r"""Spectral diagnostics of a trained sweep: decompose real attention logits.
 For a fixed batch of test inputs, per seed, layer and head: the logits, their
 content/position terms (additive) or Hadamard form (rotary), and spectral
 measures; the contraction ratio spread(S(L)) / spread(S(L_θ=0)) compares each
-head's logits with the same layer's logits with the rotation removed.
+head's logits with the same layer's logits with the rotation removed (MLA:
+its decoupled rotary channel left unrotated).
 Writes ``decompose.json`` and ``contraction.png`` (layers × heads median
 ratio; distribution over examples; the deposit head from ``ablation.json``,
 when present, marked).
@@ -41,9 +42,6 @@ def main(argv):
     return 2
   from pe_spectral import decompose, plotting, runner
   config, rc, trainer, states, data, step = runner.load_run(wd, configs.RunConfig.from_dict)
-  if rc.model.is_mla:
-    print("error: MLA's decoupled rotary channel is not decomposed yet", file=sys.stderr)
-    return 2
   ids = data.test_ids[:FLAGS.examples]
   summ = decompose.summarize(trainer.graphdef, states["params"], ids, rc.model.num_layers)
   ratio = np.stack([trainer.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]
@@ -53,7 +51,7 @@ def main(argv):
   bias_spread = np.stack([trainer.fetch(s["bias_spread"]) for s in summ], 2)
   nobias_spread = np.stack([trainer.fetch(s["without_bias_spread"]) for s in summ], 2)
   terms = {k: np.stack([trainer.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
-           for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B")}
+           for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
   deposit = None
   abl_path = os.path.join(wd, "ablation.json")
   if os.path.exists(abl_path):

@@ -143,6 +143,17 @@ def spectra_section(runs) -> list[str]:
           f"{ratio[l].mean():.3f} [{ratio[l].min():.3f}, {ratio[l].max():.3f}] | "
           f"{dep if l == 0 else ''} | {spread[l].mean():.2f} | {bias[l].mean():.2f} | "
           f"{nob[l].mean():.2f} |")
+  mla = [r for r in rows if "mla_rotary" in r["decompose"].get("term_norm_mean", {})]
+  if mla:
+    lines += ["", "MLA's two channels (Frobenius norm of each channel's share of L, "
+              "mean over seeds, examples and heads): content vs decoupled rotary.", "",
+              "| task | mode | layer | ‖content‖ | ‖rotary‖ |", "|---|---|---|---|---|"]
+    for r in mla:
+      t = r["decompose"]["term_norm_mean"]
+      c, rot = np.asarray(t["mla_content"]), np.asarray(t["mla_rotary"])  # [L, H]
+      for l in range(c.shape[0]):
+        lines.append(f"| {r['task']} | {'faithful' if r['faithful'] else 'clean'} | {l} | "
+                     f"{c[l].mean():.2f} | {rot[l].mean():.2f} |")
   return lines + [""]
 
 

@@ -49,7 +49,7 @@ flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
 flags.DEFINE_integer("record_spectra", 0,
                      "If > 0: at each eval, record per-layer/head logit spectra on "
-                     "this many fixed test examples into spectra.jsonl (not MLA).")
+                     "this many fixed test examples into spectra.jsonl.")
 flags.DEFINE_bool("distributed", False,
                   "Call jax.distributed.initialize() first (multi-host: TPU pod "
                   "slices and SLURM are auto-detected; run the same command on "
@@ -102,8 +102,6 @@ def plan_runs():
       raise UsageError(f"--{name} must be >= 1, got {val}")
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
-  if FLAGS.record_spectra and "mla" in pes:
-    raise UsageError("--record_spectra does not support --pe=mla")
   if FLAGS.learning_rate is not None and FLAGS.learning_rate <= 0:
     raise UsageError("--learning_rate must be > 0")
   heads = [None]

@@ -223,8 +223,12 @@ class LatentAttention(nnx.Module):
       return paper_mla_rotary(x, positions, base=self.rope_base)
     return positional.apply_rope(x, positions, base=self.rope_base)
 
-  def project_qk(self, x, positions):
-    """Queries and keys ``[batch, seq, heads, head_dim + rope_dim]``."""
+  def project_qk(self, x, positions, *, rotate: bool = True):
+    """Queries and keys ``[batch, seq, heads, head_dim + rope_dim]``.
+
+    ``rotate=False`` leaves the rotary channel unrotated (the θ = 0
+    counterpart used by the logit decomposition); every projection is linear.
+    """
     b, s, _ = x.shape
     h = self.num_heads
     c_kv = self.dkv_proj(x)
@@ -232,9 +236,10 @@ class LatentAttention(nnx.Module):
     k_c = self.uk_proj(c_kv).reshape(b, s, h, self.head_dim)
     q_c = self.uq_proj(c_q).reshape(b, s, h, self.head_dim)
     pos = positions[:, None]
-    k_r = self._rotate(self.kr_proj(x)[:, :, None, :], pos)
+    k_r = self.kr_proj(x)[:, :, None, :]
     q_r = self.qr_proj(c_q).reshape(b, s, -1, self.rope_dim)
-    q_r = self._rotate(q_r, pos)
+    if rotate:
+      k_r, q_r = self._rotate(k_r, pos), self._rotate(q_r, pos)
     k_r = jnp.broadcast_to(k_r, (b, s, h, self.rope_dim))
     q_r = jnp.broadcast_to(q_r, (b, s, h, self.rope_dim))
     q = jnp.concatenate([q_c, q_r], axis=-1)

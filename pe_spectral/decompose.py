@@ -19,7 +19,8 @@ For a checkpoint and a batch of real inputs, per seed, layer and head:
 Padding (clean mode) is handled by zeroing masked rows and columns of the
 row-centred matrices: it adds zero eigen/singular values, nothing else.
 One compiled call per layer, vmapped over seeds; heads are batched.
-MLA's decoupled rotary channel is not decomposed here (NotImplementedError).
+MLA: the decoupled rotary channel is the rotated part; its content channel
+and rotary channel are also reported separately (``mla_content``/``mla_rotary``).
 """
 from __future__ import annotations
 
@@ -41,44 +42,63 @@ def _heads(x, h):
 
 
 def layer_terms(graphdef, params, ids, layer: int) -> dict:
-  """All terms of one layer for one seed. Arrays are ``[batch, heads, n, n]``."""
+  """All terms of one layer for one seed. Arrays are ``[batch, heads, n, n]``.
+
+  MLA: each head's query/key is ``[content | rotary]`` (the decoupled rotary
+  channel, ``rope_dim`` wide); the θ = 0 counterpart leaves that channel
+  unrotated, and the extra terms ``mla_content`` / ``mla_rotary`` are the two
+  channels' shares of ``L`` (they sum to ``L - B``). The Hadamard form is given
+  for a true rotation only: the paper's faithful MLA transform is not one.
+  """
   model = nnx.merge(graphdef, params)
   cfg = model.cfg
-  if cfg.is_mla:
-    raise NotImplementedError("decompose does not handle MLA's decoupled rotary "
-                              "channel yet")
   _, e, xs = model.forward(ids)
   _, e_c, xs_c = model.forward(ids, input_pe=False)
   block = model.blocks[layer]
   attn = block.attn
   h = cfg.num_heads
-  scale = 1.0 / math.sqrt(cfg.head_dim)
+  n = ids.shape[1]
+  positions = jnp.arange(n)
   hq, hq_c = block.ln1(xs[layer]), block.ln1(xs_c[layer])
   if cfg.kv_from_input:
     hk, hk_c = e, e_c
   else:
     hk, hk_c = hq, hq_c
-  # Unrotated projections, split into content (bias included) and position parts.
-  q_c = _heads(attn.q_proj(hq_c), h)
-  q_p = _heads((hq - hq_c) @ attn.q_proj.kernel[...], h)
-  k_c = _heads(attn.k_proj(hk_c), h)
-  k_p = _heads((hk - hk_c) @ attn.k_proj.kernel[...], h)
+  # Unrotated projections, split into content (bias included) and position
+  # parts: every projection is affine, so the position part is linear.
+  if cfg.is_mla:
+    unrot = lambda x: attn.project_qk(x, positions, rotate=False)
+    q_c, k_c = unrot(hq_c)
+    q_p, k_p = unrot(hq - hq_c)  # bias-free projections: exactly the remainder
+    q_rot, k_rot = attn.project_qk(hq, positions)
+  else:
+    q_c = _heads(attn.q_proj(hq_c), h)
+    q_p = _heads((hq - hq_c) @ attn.q_proj.kernel[...], h)
+    k_c = _heads(attn.k_proj(hk_c), h)
+    k_p = _heads((hk - hk_c) @ attn.k_proj.kernel[...], h)
+    q_rot, k_rot = attn.project_qk(hq, hk, positions)
+  scale = 1.0 / math.sqrt(q_c.shape[-1])  # MLA: 1/sqrt(head_dim + rope_dim)
   gram = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b) * scale
-  n = ids.shape[1]
   bias = block.bias(n, model.alibi(n))
   bias = jnp.zeros((h, n, n)) if bias is None else bias
-  q, k = q_c + q_p, k_c + k_p  # equals the model's unrotated q, k
+  q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
   logits_theta0 = gram(q, k) + bias
   out = {"G_cc": gram(q_c, k_c), "G_cp": gram(q_c, k_p), "G_pc": gram(q_p, k_c),
          "G_pp": gram(q_p, k_p), "B": jnp.broadcast_to(bias, logits_theta0.shape),
          "logits_theta0": logits_theta0}
-  positions = jnp.arange(n)
-  q_rot, k_rot = attn.project_qk(hq, hk, positions)
   out["logits"] = gram(q_rot, k_rot) + bias
-  if cfg.num_rope_heads:
+  qh, kh = jnp.moveaxis(q, 2, 1), jnp.moveaxis(k, 2, 1)  # [b, h, n, d]
+  if cfg.is_mla:
+    c = attn.head_dim
+    out["mla_content"] = gram(q_rot[..., :c], k_rot[..., :c])
+    out["mla_rotary"] = gram(q_rot[..., c:], k_rot[..., c:])
+    if not cfg.paper_rotary:
+      theta = S.rope_frequencies(cfg.mla_rope_dim, cfg.rope_base)
+      had = S.rope_logits(qh[..., c:], kh[..., c:], theta) * scale
+      out["hadamard"] = gram(q[..., :c], k[..., :c]) + had + bias
+  elif cfg.num_rope_heads:
     theta = S.rope_frequencies(cfg.head_dim, cfg.rope_base)
     # Hadamard form per head: [b, h, n, d] -> Re Σ_j (z_j w_j*) ∘ G_θj
-    qh, kh = jnp.moveaxis(q, 2, 1), jnp.moveaxis(k, 2, 1)
     had = S.rope_logits(qh, kh, theta) * scale
     rotated = (jnp.arange(h) < cfg.num_rope_heads)[None, :, None, None]
     out["hadamard"] = jnp.where(rotated, had, gram(q, k)) + bias
@@ -112,7 +132,8 @@ def _layer_summary(graphdef, params, ids, layer: int):
       "bias_spread": spread[2],
       "without_bias_spread": spread[3],
       "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
-                     for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B")},
+                     for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B", "mla_content",
+                               "mla_rotary") if k in t},
   }
   if "hadamard" in t:
     res["hadamard_residual"] = jnp.abs(t["hadamard"] - t["logits"]).max() / (

@@ -104,7 +104,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       discards an earlier run in ``workdir``.
     record_spectra: if > 0, at each evaluation record per-layer/head logit
       spectra (``decompose.py``) on this many fixed test examples into
-      ``spectra.jsonl`` (not for MLA).
+      ``spectra.jsonl``.
     progress: called after each evaluation with a dict of progress fields.
 
   Returns:
@@ -119,8 +119,6 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh)
   total = trainer.total_steps
   eval_every = eval_every or trainer.steps_per_epoch
-  if record_spectra and rc.model.is_mla:
-    raise ValueError("record_spectra does not support MLA")
   config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,
             "total_steps": total, "steps_per_epoch": trainer.steps_per_epoch}
   if record_spectra:

@@ -91,11 +91,42 @@ def test_summary_measures_match_numpy():
   assert float(summ[0]["hadamard_residual"][0]) < 1e-4
 
 
-def test_mla_not_supported():
-  cfg = ModelConfig(pe="mla", mla_latent_dim=8, mla_rope_dim=4, **TINY)
+@pytest.mark.parametrize("faithful", [False, True])
+def test_mla_terms(faithful):
+  """MLA: terms sum to L; the channels split L - B; the Hadamard form (true
+  rotation only) equals L; θ = 0 equals the model run at position 0 everywhere."""
+  cfg = ModelConfig(pe="mla", faithful=faithful, mla_latent_dim=8, mla_rope_dim=4, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
-  with pytest.raises(NotImplementedError):
-    D.layer_terms(graphdef, params, _ids(), 0)
+  ids = _ids()
+  model = nnx.merge(graphdef, params)
+  _, _, xs = model.forward(ids)
+  for layer in range(cfg.num_layers):
+    t = D.layer_terms(graphdef, params, ids, layer)
+    total = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
+    np.testing.assert_allclose(total, t["logits_theta0"], atol=2e-5)
+    np.testing.assert_allclose(t["mla_content"] + t["mla_rotary"] + t["B"], t["logits"],
+                               atol=2e-5)
+    # Oracle: the module's own q, k (rotated / all at position 0).
+    attn = model.blocks[layer].attn
+    x = model.blocks[layer].ln1(xs[layer])
+    d = cfg.head_dim + cfg.mla_rope_dim
+    for pos, key in ((jnp.arange(10), "logits"), (jnp.zeros(10, jnp.int32), None)):
+      q, k = attn.project_qk(x, pos)
+      want = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
+      if key is not None:
+        np.testing.assert_allclose(t[key], want, atol=2e-5)
+      elif not faithful:  # a true rotation is the identity at position 0
+        np.testing.assert_allclose(t["logits_theta0"], want, atol=2e-5)
+    if faithful:
+      assert "hadamard" not in t  # the paper's transform is not a rotation
+    else:
+      np.testing.assert_allclose(t["hadamard"], t["logits"], atol=5e-5)
+      assert float(jnp.abs(t["logits"] - t["logits_theta0"]).max()) > 1e-4
+  stacked = jax.tree.map(lambda x: jnp.stack([x, x]), params)
+  summ = D.summarize(graphdef, stacked, ids, cfg.num_layers)
+  assert summ[0]["contraction_ratio"].shape == (2, 2, cfg.num_heads)
+  assert set(summ[0]["term_norms"]) >= {"mla_content", "mla_rotary"}
+  assert ("hadamard_residual" in summ[0]) == (not faithful)
 
 
 def test_decompose_cli(tmp_path):

@@ -131,5 +131,5 @@ def test_record_spectra_survives_resume(tmp_path):
   assert [r["step"] for r in rows] == [6, 12]
   assert len(rows[0]["contraction_ratio"]) == 2  # seeds
   assert os.path.exists(os.path.join(wd, "spectra.png"))
-  bad = _sweep("--preset=smoke", "--pe=mla", "--record_spectra=4", check=False)
+  bad = _sweep("--preset=smoke", "--record_spectra=-1", check=False)
   assert bad.returncode != 0 and "record_spectra" in bad.stderr
