@@ -12,7 +12,8 @@ i.e. the paper's architecture, so the PyTorch baseline is the same model):
   one after another (the same compiled 1-seed chunk run 8 times);
 * the PyTorch eager baseline (one seed per process, as the paper's code);
 * compile time of the first chunk and the chunk's trace count;
-* the all-heads ablation in one vmapped call vs a Python loop over heads.
+* the all-heads ablation: prefix-shared (default) and full-masked, both in one
+  vmapped call, vs a Python loop over heads (``cpu``: 3 seeds; ``paper``: 1 seed).
 
 The paper preset is timed at ``--paper_batch`` (default 64, not 512) so a CPU
 run stays within minutes; throughput is per example, so batch only matters
@@ -44,6 +45,8 @@ flags.DEFINE_integer("paper_batch", 64, "Batch size for the paper preset on CPU.
 flags.DEFINE_integer("seeds", 8, "Seeds for the vmapped / sequential rows.")
 flags.DEFINE_bool("torch", True, "Time the PyTorch eager baseline (needs torch).")
 flags.DEFINE_bool("ablation", True, "Time vmapped ablation vs a per-head loop.")
+flags.DEFINE_integer("ablation_examples", 4096,
+                     "Test examples for the ablation rows (paper preset: 1/8 of it).")
 flags.DEFINE_string("out", "benchmarks/out/run.json", "JSON output.")
 
 
@@ -129,17 +132,20 @@ def torch_row(preset, pe, steps, batch, log):
   return r
 
 
-def ablation_rows(log):
+def ablation_rows(log, preset: str, seeds: int, examples: int):
   from experiments import configs
   from pe_spectral import ablation, tasks, train
-  rc = configs.build("cpu", "distance", "rope")
+  rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
-  params = tr.init(tr.seed_keys([0, 1, 2]))["params"]
-  ids, labels = data.test_ids, data.test_labels
-  ablation.ablate_heads(tr, params, ids[:64], labels[:64])  # compile (other shape)
-  t_v, _ = _timed(lambda: ablation.ablate_heads(tr, params, ids, labels)["ablated"])
-  t_v, _ = _timed(lambda: ablation.ablate_heads(tr, params, ids, labels)["ablated"])
+  tr = train.Trainer(rc.model, rc.task, rc.train.replace(eval_batch_size=256),
+                     num_train=data.train_ids.shape[0])
+  params = tr.init(tr.seed_keys(list(range(seeds))))["params"]
+  ids, labels = data.test_ids[:examples], data.test_labels[:examples]
+  times = {}
+  for method in ("shared", "masked"):
+    run = lambda: ablation.ablate_heads(tr, params, ids, labels, method=method,
+                                        mask_chunk=4)["ablated"]
+    times[method] = min(_timed(run)[0] for _ in range(2))  # first call compiles
   masks = ablation.head_masks(rc.model.num_layers, rc.model.num_heads)
   ev = jax.jit(jax.vmap(lambda p, m: tr._eval_one(p, ids, labels, head_mask=m)[0],
                         in_axes=(0, None)))
@@ -149,9 +155,14 @@ def ablation_rows(log):
     return [ev(params, m) for m in [jnp.ones_like(masks[0])] + list(masks)]
 
   t_l, _ = _timed(loop)
-  log(f"  ablation ({masks.shape[0]} heads + baseline, 3 seeds, {ids.shape[0]} ex.): "
-      f"vmapped {t_v:.2f}s, per-head loop {t_l:.2f}s, ratio {t_l / t_v:.2f}x")
-  return {"vmapped_s": t_v, "loop_s": t_l, "speedup": t_l / t_v}
+  log(f"  ablation {preset} ({masks.shape[0]} heads + baseline, {seeds} seeds, "
+      f"{ids.shape[0]} ex.): shared-prefix {times['shared']:.2f}s, masked vmapped "
+      f"{times['masked']:.2f}s, per-head loop {t_l:.2f}s; shared ÷ loop "
+      f"{t_l / times['shared']:.2f}x, masked ÷ loop {t_l / times['masked']:.2f}x")
+  return {"preset": preset, "seeds": seeds, "examples": int(ids.shape[0]),
+          "shared_s": times["shared"], "masked_vmapped_s": times["masked"], "loop_s": t_l,
+          "speedup_shared": t_l / times["shared"],
+          "speedup_masked": t_l / times["masked"]}
 
 
 def main(argv):
@@ -181,7 +192,10 @@ def main(argv):
       log(msg)
       res["train"][f"{preset}/{pe}"] = row
   if FLAGS.ablation:
-    res["ablation"] = ablation_rows(log)
+    res["ablation"] = [ablation_rows(log, p, seeds, n) for p, seeds, n in
+                       (("cpu", 3, FLAGS.ablation_examples),
+                        ("paper", 1, FLAGS.ablation_examples // 8))
+                       if p in FLAGS.presets.split(",")]
   os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
   with open(FLAGS.out, "w") as f:
     json.dump(res, f, indent=1, default=str)

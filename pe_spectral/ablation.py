@@ -6,6 +6,14 @@ zeroing of that head's value rows (its W_o bias stays; the attention pattern is
 untouched). All masks are evaluated with ``jax.vmap`` (in chunks of masks if
 memory demands), inside the ``jax.vmap`` over seeds.
 
+Knock-outs that touch one layer only (every mode except ``leak``) share work
+(``method="shared"``, the default): per evaluation batch the un-ablated
+forward pass runs once and keeps each block's input and per-head attention
+outputs; ablating head h of layer l then reuses layers < l and layer l's
+attention, and only re-runs layer l's ``out_proj`` + feed-forward and the
+layers above it, vmapped over that layer's masks. ``method="masked"`` runs the
+full masked model for every mask (the reference; also the ``leak`` path).
+
 Modes:
 
 * ``single``: knock out one head; all other heads intact (the default; the
@@ -21,6 +29,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "mean_ci"]
 
@@ -49,8 +58,67 @@ def head_masks(num_layers: int, num_heads: int, *, mode: str = "single",
   return jnp.asarray(masks.reshape(num_layers * num_heads, num_layers, num_heads))
 
 
+def _chunked_vmap(fn, xs, chunk: Optional[int]):
+  """``jax.vmap(fn)(xs)`` over the leading axis, ``chunk`` at a time (lax.map)."""
+  n = xs.shape[0]
+  chunk = n if chunk is None else max(1, min(chunk, n))
+  n_chunks = -(-n // chunk)
+  pad = jnp.ones((n_chunks * chunk - n,) + xs.shape[1:], xs.dtype)
+  blocks = jnp.concatenate([xs, pad]).reshape((n_chunks, chunk) + xs.shape[1:])
+  out = jax.lax.map(jax.vmap(fn), blocks)
+  return out.reshape((n_chunks * chunk,) + out.shape[2:])[:n]
+
+
+def _masked_accuracies(trainer, p, ids, labels, masks, chunk):
+  """Reference path: the full masked model per mask. ``(baseline, [n_masks])``."""
+  cfg = trainer.model_cfg
+  acc_of = lambda m: trainer._eval_one(p, ids, labels, head_mask=m)[0]
+  return (acc_of(jnp.ones((cfg.num_layers, cfg.num_heads))),
+          _chunked_vmap(acc_of, masks, chunk))
+
+
+def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
+  """Prefix-shared path. ``layer_masks [L, M, H]``: factors on layer l's heads
+  (other layers intact). Returns ``(baseline, [L, M])``."""
+  bs = trainer.train_cfg.eval_batch_size
+  n = ids.shape[0]
+  nb = -(-n // bs)
+  pad = nb * bs - n
+  ids_b = jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1)
+  labels_b = jnp.pad(labels, (0, pad)).reshape(nb, bs)
+  real_b = (jnp.arange(nb * bs) < n).reshape(nb, bs)
+
+  def one(args):
+    x, y, real = args
+    model = nnx.merge(trainer.graphdef, p)
+    targets, valid = trainer.rule.targets(y)
+    w = (valid & real).astype(jnp.float32)
+    hits = lambda logits: ((jnp.argmax(logits, -1) == targets) * w).sum()
+    e = model.embed_inputs(x)
+    ctx = model.context(x)
+    blocks = list(model.blocks)
+    xs, outs = [e], []
+    for blk in blocks:  # the un-ablated pass, keeping what the knock-outs reuse
+      outs.append(blk.head_outputs(xs[-1], e, **ctx))
+      xs.append(blk.finish(xs[-1], outs[-1]))
+    per_layer = []
+    for l, blk in enumerate(blocks):
+      def run(m, l=l, blk=blk):
+        h = blk.finish(xs[l], outs[l], head_mask=m)
+        for later in blocks[l + 1:]:
+          h = later(h, e, **ctx, head_mask=None, key=None)
+        return hits(model.classify(h, x))
+      per_layer.append(_chunked_vmap(run, layer_masks[l], chunk))
+    return hits(model.classify(xs[-1], x)), jnp.stack(per_layer), w.sum()
+
+  base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b))
+  count = jnp.maximum(count.sum(), 1.0)
+  return base.sum() / count, abl.sum(0) / count
+
+
 def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
-                 leak: bool = False, mask_chunk: Optional[int] = None) -> dict:
+                 leak: bool = False, mask_chunk: Optional[int] = None,
+                 method: str = "shared") -> dict:
   """Accuracy under every head knock-out, for every seed, in one compiled call.
 
   Args:
@@ -58,29 +126,31 @@ def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
     params: seed-stacked parameters (``state['params']``).
     ids, labels: evaluation data (raw labels).
     mode, leak: see :func:`head_masks`.
-    mask_chunk: masks per vmapped batch (``lax.map`` over chunks); default all.
+    mask_chunk: masks per vmapped batch (``lax.map`` over chunks); default all
+      (``shared``: all of one layer's masks).
+    method: ``"shared"`` (reuse the un-ablated prefix; not with ``leak``) or
+      ``"masked"`` (the full masked model per mask). Same accuracies.
 
   Returns:
     ``{"baseline": [seeds], "ablated": [seeds, layers, heads]}`` (NumPy).
   """
+  if method not in ("shared", "masked"):
+    raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
+  if leak and method == "shared":
+    method = "masked"  # the leak touches earlier layers: no prefix to share
   cfg = trainer.model_cfg
-  masks = head_masks(cfg.num_layers, cfg.num_heads, mode=mode, leak=leak)
-  n_masks = masks.shape[0]
-  chunk = n_masks if mask_chunk is None else max(1, min(mask_chunk, n_masks))
-  n_chunks = -(-n_masks // chunk)
-  padded = jnp.concatenate(
-      [masks, jnp.ones((n_chunks * chunk - n_masks,) + masks.shape[1:])])
-  padded = padded.reshape(n_chunks, chunk, cfg.num_layers, cfg.num_heads)
-
-  def per_seed(p):
-    acc_of = lambda m: trainer._eval_one(p, ids, labels, head_mask=m)[0]
-    ablated = jax.lax.map(jax.vmap(acc_of), padded).reshape(-1)[:n_masks]
-    return acc_of(jnp.ones((cfg.num_layers, cfg.num_heads))), ablated
-
+  L, H = cfg.num_layers, cfg.num_heads
+  masks = head_masks(L, H, mode=mode, leak=leak)  # [L * H, L, H]
+  if method == "shared":
+    # mask (l, h) differs from all-ones in layer l only: keep that row.
+    layer_masks = masks.reshape(L, H, L, H)[jnp.arange(L), :, jnp.arange(L)]  # [L, H, H]
+    per_seed = lambda p: _shared_accuracies(trainer, p, ids, labels, layer_masks,
+                                            mask_chunk)
+  else:
+    per_seed = lambda p: _masked_accuracies(trainer, p, ids, labels, masks, mask_chunk)
   base, abl = jax.jit(jax.vmap(per_seed))(params)
   base, abl = trainer.fetch(base), trainer.fetch(abl)
-  return {"baseline": base,
-          "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
+  return {"baseline": base, "ablated": abl.reshape(-1, L, H)}
 
 
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

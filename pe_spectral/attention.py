@@ -82,9 +82,14 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   probs = dropout(probs, dropout_rate, dropout_key)
   out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
   if head_mask is not None:
-    chex.assert_shape(head_mask, (q.shape[2],))
-    out = out * head_mask.astype(out.dtype)[:, None]
+    out = _mask_heads(out, head_mask)
   return out
+
+
+def _mask_heads(out: jax.Array, head_mask: jax.Array) -> jax.Array:
+  """``out [batch, seq, heads, d]`` with head h scaled by ``head_mask[h]``."""
+  chex.assert_shape(head_mask, (out.shape[2],))
+  return out * head_mask.astype(out.dtype)[:, None]
 
 
 # ----------------------------------------------------------------------------
@@ -175,13 +180,25 @@ class MultiHeadAttention(nnx.Module):
       q, k = q_rot, k_rot
     return q, k
 
-  def __call__(self, x_q, x_kv, *, positions, bias=None, mask=None,
-               head_mask=None, dropout_key=None):
+  def head_outputs(self, x_q, x_kv, *, positions, bias=None, mask=None,
+                   dropout_key=None):
+    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``)."""
     q, k = self.project_qk(x_q, x_kv, positions)
     v = self._heads(self.v_proj(x_kv))
-    out = attention(q, k, v, bias=bias, mask=mask, head_mask=head_mask,
-                    dropout_rate=self.attn_dropout, dropout_key=dropout_key)
+    return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
+                     dropout_key=dropout_key)
+
+  def combine(self, out, head_mask=None):
+    """``out_proj`` of the (head-masked) per-head outputs."""
+    if head_mask is not None:
+      out = _mask_heads(out, head_mask)
     return self.out_proj(out.reshape(out.shape[:2] + (-1,)))
+
+  def __call__(self, x_q, x_kv, *, positions, bias=None, mask=None,
+               head_mask=None, dropout_key=None):
+    return self.combine(self.head_outputs(x_q, x_kv, positions=positions, bias=bias,
+                                          mask=mask, dropout_key=dropout_key),
+                        head_mask)
 
 
 class LatentAttention(nnx.Module):
@@ -246,11 +263,22 @@ class LatentAttention(nnx.Module):
     k = jnp.concatenate([k_c, k_r], axis=-1)
     return q, k
 
-  def __call__(self, x, *, positions, bias=None, mask=None, head_mask=None,
-               dropout_key=None):
+  def head_outputs(self, x, *, positions, bias=None, mask=None):
+    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``)."""
     b, s, _ = x.shape
     q, k = self.project_qk(x, positions)
     v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
                                                self.head_dim)
-    out = attention(q, k, v, bias=bias, mask=mask, head_mask=head_mask)
-    return self.out_proj(out.reshape(b, s, -1))
+    return attention(q, k, v, bias=bias, mask=mask)
+
+  def combine(self, out, head_mask=None):
+    """``out_proj`` of the (head-masked) per-head outputs."""
+    if head_mask is not None:
+      out = _mask_heads(out, head_mask)
+    return self.out_proj(out.reshape(out.shape[:2] + (-1,)))
+
+  def __call__(self, x, *, positions, bias=None, mask=None, head_mask=None,
+               dropout_key=None):
+    del dropout_key  # the paper's MLA has no attention dropout
+    return self.combine(self.head_outputs(x, positions=positions, bias=bias, mask=mask),
+                        head_mask)

@@ -237,21 +237,23 @@ class _Block(nnx.Module):
           num_buckets=self.cfg.relative_buckets)
     return alibi
 
-  def __call__(self, x, e, *, positions, alibi, mask, head_mask, key):
+  def head_outputs(self, x, e, *, positions, alibi, mask, key=None):
+    """This block's per-head attention outputs ``[batch, seq, heads, head_dim]``."""
     cfg = self.cfg
-    keys = [None] * 4 if key is None else list(jax.random.split(key, 4))
     h = self.ln1(x)
     bias = self.bias(x.shape[1], alibi)
     if cfg.is_mla:
-      a = self.attn(h, positions=positions, bias=bias, mask=mask,
-                    head_mask=head_mask)
-      paper_mla = cfg.faithful  # no dropout after attention in the paper's MLA
-    else:
-      kv = e if cfg.kv_from_input else h
-      a = self.attn(h, kv, positions=positions, bias=bias, mask=mask,
-                    head_mask=head_mask, dropout_key=keys[0])
-      paper_mla = False
-    if not paper_mla:
+      return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask)
+    kv = e if cfg.kv_from_input else h
+    return self.attn.head_outputs(h, kv, positions=positions, bias=bias, mask=mask,
+                                  dropout_key=key)
+
+  def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
+    """The rest of the block after attention: ``out_proj`` of the (masked)
+    head outputs, residual, feed-forward."""
+    cfg = self.cfg
+    a = self.attn.combine(heads_out, head_mask)
+    if not (cfg.faithful and cfg.is_mla):  # no dropout after the paper's MLA attention
       a = dropout(a, cfg.dropout, keys[1])
     x = x + a
     f = self.ff1(self.ln2(x))
@@ -262,6 +264,12 @@ class _Block(nnx.Module):
       f = jax.nn.relu(f)
     f = dropout(self.ff2(f), cfg.dropout, keys[3])
     return x + f
+
+  def __call__(self, x, e, *, positions, alibi, mask, head_mask, key):
+    keys = [None] * 4 if key is None else list(jax.random.split(key, 4))
+    o = self.head_outputs(x, e, positions=positions, alibi=alibi, mask=mask,
+                          key=keys[0])
+    return self.finish(x, o, head_mask=head_mask, keys=keys)
 
 
 class TransformerClassifier(nnx.Module):
@@ -343,18 +351,26 @@ class TransformerClassifier(nnx.Module):
     chex.assert_rank(ids, 2)
     if head_mask is not None:
       chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
-    seq_len = ids.shape[1]
-    positions = jnp.arange(seq_len)
     e = self.embed_inputs(ids) if input_pe else self.embed(ids)
-    mask = self.attention_mask(ids)
-    alibi = self.alibi(seq_len)
+    ctx = self.context(ids)
     x = e
     inputs = []
     for i, block in enumerate(self.blocks):
       inputs.append(x)
       key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-      x = block(x, e, positions=positions, alibi=alibi, mask=mask,
-                head_mask=None if head_mask is None else head_mask[i], key=key)
+      x = block(x, e, **ctx, head_mask=None if head_mask is None else head_mask[i],
+                key=key)
+    return self.classify(x, ids), e, inputs
+
+  def context(self, ids: jax.Array) -> dict:
+    """What every block needs besides its input: ``positions``, ``alibi``, ``mask``."""
+    seq_len = ids.shape[1]
+    return {"positions": jnp.arange(seq_len), "alibi": self.alibi(seq_len),
+            "mask": self.attention_mask(ids)}
+
+  def classify(self, x: jax.Array, ids: jax.Array) -> jax.Array:
+    """Class logits from the last residual stream: final norm, pooling, head."""
+    cfg = self.cfg
     if cfg.final_norm:
       x = self.final_ln(x)
     if cfg.mask_padding:
@@ -362,7 +378,7 @@ class TransformerClassifier(nnx.Module):
       pooled = (x * real).sum(1) / jnp.maximum(real.sum(1), 1.0)
     else:
       pooled = x.mean(1)
-    return self.head(pooled), e, inputs
+    return self.head(pooled)
 
 
 def init_model(cfg: ModelConfig, key: jax.Array):

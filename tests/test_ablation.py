@@ -111,3 +111,27 @@ def test_ablate_cli_writes_json_and_heatmap(tmp_path):
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
                         f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
   assert bad.returncode == 2 and "error:" in bad.stderr
+
+
+@pytest.mark.parametrize("pe,faithful", [("rope", True), ("mla", False), ("alibi", False)])
+def test_shared_prefix_equals_masked_model(pe, faithful):
+  """The prefix-shared path equals the full masked model per mask (the reference),
+  for both modes, with chunking; faithful mode takes keys/values from the input."""
+  rc = configs.build("smoke", "distance", pe, faithful=faithful, steps=8)
+  cfg = rc.model.replace(num_layers=3, num_heads=4)
+  data = tasks.generate(rc.task)
+  tr = train.Trainer(cfg, rc.task, rc.train.replace(eval_batch_size=96),
+                     num_train=data.train_ids.shape[0])
+  keys = tr.seed_keys([3])
+  states, _ = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 8)
+  ids, labels = data.test_ids[:200], data.test_labels[:200]  # 3 eval batches, padded
+  for mode in ("single", "keep_only"):
+    ref = ablation.ablate_heads(tr, states["params"], ids, labels, mode=mode,
+                                method="masked")
+    got = ablation.ablate_heads(tr, states["params"], ids, labels, mode=mode,
+                                mask_chunk=3)
+    np.testing.assert_allclose(got["baseline"], ref["baseline"], atol=1e-6)
+    np.testing.assert_allclose(got["ablated"], ref["ablated"], atol=1e-6)
+  assert np.abs(ref["ablated"] - ref["baseline"][:, None, None]).max() > 0
+  with pytest.raises(ValueError, match="method"):
+    ablation.ablate_heads(tr, states["params"], ids, labels, method="fast")
