@@ -30,6 +30,7 @@ from typing import Optional
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from pe_spectral import positional
@@ -365,7 +366,7 @@ class TransformerClassifier(nnx.Module):
   def context(self, ids: jax.Array) -> dict:
     """What every block needs besides its input: ``positions``, ``alibi``, ``mask``."""
     seq_len = ids.shape[1]
-    return {"positions": jnp.arange(seq_len), "alibi": self.alibi(seq_len),
+    return {"positions": np.arange(seq_len), "alibi": self.alibi(seq_len),
             "mask": self.attention_mask(ids)}
 
   def classify(self, x: jax.Array, ids: jax.Array) -> jax.Array:

@@ -114,12 +114,14 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
   the same values up to a fixed permutation of columns, which is a symmetry of
   the model's initial distribution.
   """
+  # Computed in NumPy (float64) so that under jit it is a constant, not sin/cos
+  # re-evaluated inside the fused embedding add for every batch row.
   half = (dim + 1) // 2
-  pos = jnp.arange(num_positions, dtype=jnp.float32)[:, None]
-  freqs = base ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / dim)
+  pos = np.arange(num_positions, dtype=np.float64)[:, None]
+  freqs = float(base) ** (-2.0 * np.arange(half) / dim)
   angles = pos * freqs[None, :]
-  table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
-  return table.reshape(num_positions, 2 * half)[:, :dim].astype(dtype)
+  table = np.stack([np.sin(angles), np.cos(angles)], axis=-1)
+  return jnp.asarray(table.reshape(num_positions, 2 * half)[:, :dim], dtype)
 
 
 # ----------------------------------------------------------------------------
@@ -131,6 +133,24 @@ def rope_angles(positions: jax.Array, head_dim: int,
   """Angles ``positions[..., None] * base ** (-2i / head_dim)``, shape ``[..., head_dim/2]``."""
   freqs = base ** (-2.0 * jnp.arange(head_dim // 2, dtype=jnp.float32) / head_dim)
   return jnp.asarray(positions, jnp.float32)[..., None] * freqs
+
+
+def _rope_tables(positions, head_dim: int, base: float):
+  """``cos``/``sin`` of the angles, each repeated to ``[..., head_dim]`` (pairs share one).
+
+  Concrete (NumPy) positions -- what the model passes -- give NumPy constants
+  computed in float64: XLA then reads a table instead of evaluating sin/cos
+  inside the fused rotation for every batch row and head (measured: the
+  fusion was the single most expensive op of a forward pass).
+  """
+  if isinstance(positions, np.ndarray):
+    freqs = float(base) ** (-2.0 * np.arange(head_dim // 2) / head_dim)
+    angles = positions.astype(np.float64)[..., None] * freqs
+    return (np.repeat(np.cos(angles), 2, axis=-1).astype(np.float32),
+            np.repeat(np.sin(angles), 2, axis=-1).astype(np.float32))
+  angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
+  return (jnp.repeat(jnp.cos(angles), 2, axis=-1),
+          jnp.repeat(jnp.sin(angles), 2, axis=-1))
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, *,
@@ -150,10 +170,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   head_dim = x.shape[-1]
   if head_dim % 2:
     raise ValueError(f"apply_rope needs an even head_dim, got {head_dim}")
-  angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
-  # Each angle is used by both members of its pair: repeat to [..., head_dim].
-  cos = jnp.repeat(jnp.cos(angles), 2, axis=-1).astype(x.dtype)
-  sin = jnp.repeat(jnp.sin(angles), 2, axis=-1).astype(x.dtype)
+  cos, sin = _rope_tables(positions, head_dim, base)
+  cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
   # (x_even, x_odd) -> (-x_odd, x_even), interleaved back into place.
   x_pairs = x.reshape(x.shape[:-1] + (head_dim // 2, 2))
   rotated_half = jnp.stack([-x_pairs[..., 1], x_pairs[..., 0]], axis=-1)
