@@ -45,6 +45,8 @@ flags.DEFINE_integer("paper_batch", 64, "Batch size for the paper preset on CPU.
 flags.DEFINE_integer("seeds", 8, "Seeds for the vmapped / sequential rows.")
 flags.DEFINE_bool("torch", True, "Time the PyTorch eager baseline (needs torch).")
 flags.DEFINE_bool("ablation", True, "Time vmapped ablation vs a per-head loop.")
+flags.DEFINE_integer("small_batch", 16,
+                     "Also time the cpu preset at this batch (0: skip).")
 flags.DEFINE_integer("ablation_examples", 4096,
                      "Test examples for the ablation rows (paper preset: 1/8 of it).")
 flags.DEFINE_string("out", "benchmarks/out/run.json", "JSON output.")
@@ -99,7 +101,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log):
     rows[label] = {"seed_examples_per_s": ex, "seconds": total,
                    "first_chunk_compile_s": t_compile,
                    "mfu": flops * n_seeds * steps / total / (peak * 1e9)}
-    log(f"  {preset:<5} {pe:<5} {label:<14} {ex:9.1f} seed-ex/s  MFU "
+    log(f"  {preset:<5} b{batch:<4} {pe:<5} {label:<14} {ex:9.1f} seed-ex/s  MFU "
         f"{100 * rows[label]['mfu']:5.1f}%  first chunk {t_compile:6.1f}s")
 
   measure("1 seed", one)
@@ -128,7 +130,7 @@ def torch_row(preset, pe, steps, batch, log):
   except ModuleNotFoundError:
     log("  torch not installed: pip install torch==2.13.0")
     return None
-  log(f"  {preset:<5} {pe:<5} torch eager    {r['examples_per_s']:9.1f} ex/s")
+  log(f"  {preset:<5} b{batch:<4} {pe:<5} torch eager    {r['examples_per_s']:9.1f} ex/s")
   return r
 
 
@@ -174,10 +176,16 @@ def main(argv):
   res["matmul_peak_gflops"] = peak = matmul_peak()
   log(f"matmul peak (2048², float32): {peak:.1f} GFLOP/s")
   res["train"] = {}
+  from experiments import configs
+  runs = []
   for preset in [p for p in FLAGS.presets.split(",") if p]:
     steps = FLAGS.steps if preset != "paper" else FLAGS.paper_steps
-    from experiments import configs
     batch = FLAGS.paper_batch if preset == "paper" else configs._TRAIN[preset]["batch_size"]
+    runs.append((preset, steps, batch, preset))
+  if FLAGS.small_batch and "cpu" in FLAGS.presets.split(","):
+    # The overhead-bound regime: the same model at a tiny batch.
+    runs.append(("cpu", 4 * FLAGS.steps, FLAGS.small_batch, f"cpu-b{FLAGS.small_batch}"))
+  for preset, steps, batch, label in runs:
     for pe in [p for p in FLAGS.pes.split(",") if p]:
       row = train_rows(preset, pe, steps, batch, FLAGS.seeds, peak, log)
       if FLAGS.torch:
@@ -190,7 +198,7 @@ def main(argv):
         row["vmapped_over_torch"] = vm / row["torch"]["examples_per_s"]
         msg += f"; vmapped / torch eager = {row['vmapped_over_torch']:.2f}x"
       log(msg)
-      res["train"][f"{preset}/{pe}"] = row
+      res["train"][f"{label}/{pe}"] = row
   if FLAGS.ablation:
     res["ablation"] = [ablation_rows(log, p, seeds, n) for p, seeds, n in
                        (("cpu", 3, FLAGS.ablation_examples),
