@@ -32,6 +32,9 @@ flags.DEFINE_enum("split", "test", ["test", "all"],
 flags.DEFINE_bool("leak", False, "Reproduce the paper's leak (head H-1 of finished "
                   "layers stays zeroed).")
 flags.DEFINE_integer("mask_chunk", None, "Masks per vmapped batch (memory).")
+flags.DEFINE_enum("method", "shared", ["shared", "masked"],
+                  "shared: reuse the un-ablated prefix (layers < l, layer l's attention); "
+                  "masked: the full masked model per mask (the reference; --leak uses it).")
 
 
 def output_name(mode: str, leak: bool, split: str) -> str:
@@ -56,6 +59,9 @@ def main(argv):
   if FLAGS.leak and FLAGS.mode != "single":
     print("error: --leak only applies to --mode=single", file=sys.stderr)
     return 2
+  if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
+    print("error: --mask_chunk must be >= 1", file=sys.stderr)
+    return 2
   from pe_spectral import ablation, plotting, runner
   t0 = time.time()
   try:
@@ -71,7 +77,7 @@ def main(argv):
   ids, labels = trainer.replicate((ids, labels))
   res = ablation.ablate_heads(trainer, states["params"], ids, labels,
                               mode=FLAGS.mode, leak=FLAGS.leak,
-                              mask_chunk=FLAGS.mask_chunk)
+                              mask_chunk=FLAGS.mask_chunk, method=FLAGS.method)
   dep = ablation.deposit_scores(res["baseline"], res["ablated"])
   score_mean, score_ci = ablation.mean_ci(dep["score"])
   drop_mean, drop_ci = ablation.mean_ci(100 * dep["max_drop"])
