@@ -70,6 +70,23 @@ def _label(r) -> str:
   return name
 
 
+def _budget(r) -> str:
+  """`` (batch B, N steps)`` when a run overrode its preset's training budget, else ``""``."""
+  from experiments import configs
+  train = r.get("config", {}).get("run", {}).get("train")
+  default = configs._TRAIN.get(r["preset"])
+  if not train or not default:
+    return ""
+  keys = ("batch_size", "epochs", "steps", "learning_rate")
+  if all(train.get(k) == default.get(k) for k in keys):
+    return ""
+  return f" (batch {train['batch_size']}, {r.get('steps', '?')} steps)"
+
+
+def _preset(r) -> str:
+  return r["preset"] + _budget(r)
+
+
 def _paper(r):
   k = r.get("rope_heads") if r["pe"] == "partial_rope" else None
   return PAPER.get((r["task"], r["pe"], k))
@@ -86,7 +103,7 @@ def accuracy_table(runs, task) -> list[str]:
     ci_txt = "n/a" if np.isnan(ci) else f"{ci:.1f}"
     paper = _paper(r)
     lines.append(
-        f"| {_label(r)} | {'faithful' if r['faithful'] else 'clean'} | {r['preset']} | "
+        f"| {_label(r)} | {'faithful' if r['faithful'] else 'clean'} | {_preset(r)} | "
         f"{len(acc)} | {mean:.1f} ± {ci_txt} | {' '.join(f'{a:.1f}' for a in acc)} | "
         f"{'—' if paper is None else f'{paper:.2f}'} |")
   return lines
@@ -106,7 +123,7 @@ def deposit_table(runs) -> list[str]:
                                            a["deposit_score_ci95"])):
       fmt = lambda x: "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.2f}"
       cells.append(f"L{l}: {d:.1f} ± {fmt(dc)} / {s:.2f} ± {fmt(sc)}")
-    lines.append(f"| {r['task']} | {_label(r)} | {'faithful' if r['faithful'] else 'clean'} | "
+    lines.append(f"| {r['task']} | {_label(r)}{_budget(r)} | {'faithful' if r['faithful'] else 'clean'} | "
                  f"{len(a['baseline'])} | {100 * np.mean(a['baseline']):.1f} | "
                  f"{'; '.join(cells)} |")
   return lines
@@ -139,7 +156,7 @@ def spectra_section(runs) -> list[str]:
       dep = f"{d['deposit_head_ratio_mean']:.3f} vs {d['other_heads_ratio_mean']:.3f}"
     for l in range(ratio.shape[0]):
       lines.append(
-          f"| {r['task']} | {_label(r)} | {'faithful' if r['faithful'] else 'clean'} | {l} | "
+          f"| {r['task']} | {_label(r)}{_budget(r)} | {'faithful' if r['faithful'] else 'clean'} | {l} | "
           f"{ratio[l].mean():.3f} [{ratio[l].min():.3f}, {ratio[l].max():.3f}] | "
           f"{dep if l == 0 else ''} | {spread[l].mean():.2f} | {bias[l].mean():.2f} | "
           f"{nob[l].mean():.2f} |")
@@ -184,7 +201,7 @@ def accuracy_figure(runs, task, path):
   if not sel:
     return False
   sel = sorted(sel, key=lambda r: (r["faithful"], -np.mean(r["test_accuracy"])))
-  names = [_label(r) + (" [F]" if r["faithful"] else "") for r in sel]
+  names = [_label(r) + (" [F]" if r["faithful"] else "") + ("*" if _budget(r) else "") for r in sel]
   stats = [mean_ci(100 * np.asarray(r["test_accuracy"])) for r in sel]
   plotting.accuracy_bars(names, [m for m, _ in stats],
                          [0.0 if np.isnan(c) else c for _, c in stats],

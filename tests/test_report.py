@@ -28,6 +28,11 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   _fixture_run(str(runs), "distance", "rope_sinusoidal-faithful", "rope_sinusoidal",
                [0.5, 0.6, 0.55], faithful=True)
   _fixture_run(str(runs), "count", "mla", "mla", [0.95, 0.96, 0.97])
+  _fixture_run(str(runs), "distance", "rope-long", "rope", [0.99, 0.98, 0.97])
+  from experiments import configs
+  train = dict(configs._TRAIN["smoke"], batch_size=64, epochs=8, steps=None)
+  with open(os.path.join(runs, "distance", "rope-long", "config.json"), "w") as f:
+    json.dump({"run": {"train": train}}, f)
   dec = {"contraction_ratio_median": [[[0.5, 1.0]], [[0.7, 1.0]]],  # seeds, L, H
          "spread_median": [[[2.0, 4.0]], [[2.0, 4.0]]],
          "bias_spread_median": [[[1.0, 1.0]], [[1.0, 1.0]]],
@@ -48,6 +53,7 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   # mean ± t-interval of (90, 80, 85): 85.0 ± 4.303 * 5 / sqrt(3) = 12.4
   assert "| rope | clean | smoke | 3 | 85.0 ± 12.4 | 90.0 80.0 85.0 | — |" in text
   assert "| rope_sinusoidal | faithful | smoke | 3 | 55.0 ± 12.4" in text
+  assert "| rope | clean | smoke (batch 64, 10 steps) | 3 | 98.0 ± 2.5 |" in text
   assert "92.64" in text and "97.41" in text  # paper numbers beside our rows
   assert "L0: 60.0 ± 3.00 / 0.90 ± 0.05" in text
   assert "Bayes ceiling" in text
