@@ -139,7 +139,7 @@ def ablation_rows(log, preset: str, seeds: int, examples: int):
   from pe_spectral import ablation, tasks, train
   rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(rc.model, rc.task, rc.train.replace(eval_batch_size=256),
+  tr = train.Trainer(rc.model, rc.task, rc.train.replace(eval_batch_size=min(256, examples)),
                      num_train=data.train_ids.shape[0])
   params = tr.init(tr.seed_keys(list(range(seeds))))["params"]
   ids, labels = data.test_ids[:examples], data.test_labels[:examples]
