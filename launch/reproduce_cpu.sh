@@ -18,13 +18,18 @@ run_or_print "${SWEEP[@]}" --task=distance --pe=partial_rope --rope_heads=1,2
 run_or_print "${SWEEP[@]}" --task=distance --faithful --pe=rope_sinusoidal,nope,mla
 run_or_print "${SWEEP[@]}" --task=count --faithful --pe=rope_sinusoidal,nope,mla
 run_or_print "${SWEEP[@]}" --task=count --pe=alibi,sinusoidal,learned,relative
+# Budget check: the same steps with twice the examples per step (batch 256 x 8 epochs = 436
+# steps, the ../shared/CPU-PRESET.md data point), for the Task 1 PEs that were still climbing.
+for pe in rope alibi sinusoidal; do
+  run_or_print "${SWEEP[@]}" --task=distance --pe="$pe" --batch_size=256 --epochs=8 \
+    --workdir="runs/distance/$pe-b256"
+done
+run_or_print "${SWEEP[@]}" --task=distance --pe=partial_rope --rope_heads=1 --batch_size=256 \
+  --epochs=8 --workdir=runs/distance/partial_rope-k1-b256
 
 for wd in runs/distance/*/ runs/count/*/; do
   [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
   run_or_print python -m experiments.ablate --workdir="${wd%/}"
-  case "$wd" in
-    *mla*) ;;  # the decomposition does not cover MLA's decoupled rotary channel
-    *) run_or_print python -m experiments.decompose --workdir="${wd%/}" ;;
-  esac
+  run_or_print python -m experiments.decompose --workdir="${wd%/}"
 done
 run_or_print python -m experiments.report --runs=runs --out=RESULTS.md
