@@ -85,14 +85,17 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log):
   rows = {}
 
   def measure(label, keys, repeat=1):
-    states = tr.init(keys)
+    # Every dispatch is asynchronous: block before each clock starts, or the
+    # timed region also runs the tail of the previous (warm-up) call.
+    states = jax.block_until_ready(tr.init(keys))
     t_compile, (states, _) = _timed(lambda: tr.train_chunk(
         states, keys, data.train_ids, data.train_labels, steps))
     total = 0.0
     for r in range(repeat):
       k = keys if repeat == 1 else tr.seed_keys([r])
       st = tr.init(k)
-      st, _ = tr.train_chunk(st, k, data.train_ids, data.train_labels, steps)  # warm
+      st, _ = jax.block_until_ready(
+          tr.train_chunk(st, k, data.train_ids, data.train_labels, steps))  # warm
       dt, _ = _timed(lambda: tr.train_chunk(st, k, data.train_ids, data.train_labels,
                                             steps))
       total += dt
