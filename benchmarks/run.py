@@ -45,6 +45,9 @@ flags.DEFINE_integer("paper_batch", 64, "Batch size for the paper preset on CPU.
 flags.DEFINE_integer("seeds", 8, "Seeds for the vmapped / sequential rows.")
 flags.DEFINE_bool("torch", True, "Time the PyTorch eager baseline (needs torch).")
 flags.DEFINE_bool("ablation", True, "Time vmapped ablation vs a per-head loop.")
+flags.DEFINE_string("seed_groups", "1,2",
+                    "cpu preset: also time the seeds vmapped in groups of these sizes "
+                    "(Trainer seed_group; lax.map over groups).")
 flags.DEFINE_integer("small_batch", 16,
                      "Also time the cpu preset at this batch (0: skip).")
 flags.DEFINE_integer("ablation_examples", 4096,
@@ -67,7 +70,7 @@ def matmul_peak(n=2048, reps=5) -> float:
   return 2 * n ** 3 / best / 1e9
 
 
-def train_rows(preset, pe, steps, batch, seeds, peak, log):
+def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=()):
   from experiments import configs
   from pe_spectral import tasks, train
   rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch)
@@ -84,7 +87,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log):
   flops = float(cost.get("flops", float("nan")))
   rows = {}
 
-  def measure(label, keys, repeat=1):
+  def measure(label, keys, repeat=1, tr=tr):
     # Every dispatch is asynchronous: block before each clock starts, or the
     # timed region also runs the tail of the previous (warm-up) call.
     states = jax.block_until_ready(tr.init(keys))
@@ -110,6 +113,10 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log):
   measure("1 seed", one)
   measure(f"{seeds} vmapped", tr.seed_keys(list(range(seeds))))
   measure(f"{seeds} sequential", one, repeat=seeds)
+  for g in seed_groups:  # vmapped groups of g seeds, lax.map over the groups
+    grouped = train.Trainer(rc.model, task, rc.train, num_train=data.train_ids.shape[0],
+                            seed_group=g)
+    measure(f"{seeds} in groups of {g}", grouped.seed_keys(list(range(seeds))), tr=grouped)
   rows["flops_per_step"] = flops
   rows["chunk_traces"] = tr._chunk._cache_size()
   rows["batch"] = batch
@@ -190,7 +197,9 @@ def main(argv):
     runs.append(("cpu", 4 * FLAGS.steps, FLAGS.small_batch, f"cpu-b{FLAGS.small_batch}"))
   for preset, steps, batch, label in runs:
     for pe in [p for p in FLAGS.pes.split(",") if p]:
-      row = train_rows(preset, pe, steps, batch, FLAGS.seeds, peak, log)
+      groups = ([int(g) for g in FLAGS.seed_groups.split(",") if g]
+                if preset == "cpu" else [])
+      row = train_rows(preset, pe, steps, batch, FLAGS.seeds, peak, log, groups)
       if FLAGS.torch:
         row["torch"] = torch_row(preset, pe, steps, batch, log)
       vm = row[f"{FLAGS.seeds} vmapped"]["seed_examples_per_s"]
@@ -200,6 +209,11 @@ def main(argv):
       if row.get("torch"):
         row["vmapped_over_torch"] = vm / row["torch"]["examples_per_s"]
         msg += f"; vmapped / torch eager = {row['vmapped_over_torch']:.2f}x"
+      for g in groups:
+        gr = row[f"{FLAGS.seeds} in groups of {g}"]["seed_examples_per_s"]
+        msg += f"; groups of {g} / sequential = {gr / sq:.2f}x"
+        if row.get("torch"):
+          msg += f" (/ torch {gr / row['torch']['examples_per_s']:.2f}x)"
       log(msg)
       res["train"][f"{label}/{pe}"] = row
   if FLAGS.ablation:

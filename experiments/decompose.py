@@ -52,6 +52,18 @@ def main(argv):
   nobias_spread = np.stack([trainer.fetch(s["without_bias_spread"]) for s in summ], 2)
   terms = {k: np.stack([trainer.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
            for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
+  alibi_ratio = None
+  if rc.model.spec.bias == "alibi" and not rc.model.causal:
+    # SPECTRAL.md: spread(S(B)) = 0.5500506 m n^2 + O(m) for the symmetric ALiBi
+    # bias of slope m on n tokens; n = each example's real (unpadded) length.
+    from pe_spectral import positional
+    from pe_spectral.model import PAD_ID
+    slopes = np.asarray(positional.alibi_slopes_paper(rc.model.num_heads)
+                        if rc.model.faithful else
+                        positional.alibi_slopes(rc.model.num_heads))
+    n = np.asarray(ids != PAD_ID).sum(1).astype(np.float64)             # [B]
+    asym = 0.5500506 * slopes[None, :] * n[:, None] ** 2                 # [B, H]
+    alibi_ratio = np.median(bias_spread / asym[None, :, None, :], axis=1)  # [S, L, H]
   deposit = None
   abl_path = os.path.join(wd, "ablation.json")
   if os.path.exists(abl_path):
@@ -75,6 +87,8 @@ def main(argv):
                                           for s in summ))
                                 if "hadamard_residual" in summ[0] else None),
   }
+  if alibi_ratio is not None:
+    out["alibi_bias_spread_over_asymptotic_median"] = alibi_ratio.tolist()
   if deposit is not None:
     med = np.median(ratio, axis=1)  # [S, L, H]
     dep_r, other_r = [], []
@@ -90,6 +104,9 @@ def main(argv):
                               f"{rc.task.name} / {rc.model.pe}", deposit)
   print(f"{rc.model.pe}: median contraction ratio per layer × head (mean over seeds):")
   print(np.round(np.median(ratio, axis=1).mean(0), 3))
+  if alibi_ratio is not None:
+    print("ALiBi: spread(S(B)) / (0.55 m n^2) per head, median over examples:",
+          np.round(alibi_ratio.mean((0, 1)), 3))
   if deposit is not None:
     print(f"deposit heads: {out['deposit_head_ratio_mean']:.3f}  other heads: "
           f"{out['other_heads_ratio_mean']:.3f}")

@@ -160,6 +160,16 @@ def spectra_section(runs) -> list[str]:
           f"{ratio[l].mean():.3f} [{ratio[l].min():.3f}, {ratio[l].max():.3f}] | "
           f"{dep if l == 0 else ''} | {spread[l].mean():.2f} | {bias[l].mean():.2f} | "
           f"{nob[l].mean():.2f} |")
+  alibi = [r for r in rows if "alibi_bias_spread_over_asymptotic_median" in r["decompose"]]
+  if alibi:
+    lines += ["", "ALiBi's bias against its asymptotic spread (SPECTRAL.md: spread(S(B)) = "
+              "0.5500506·m·n² + O(m), slope m, n = the example's real length): the ratio per "
+              "head, median over examples, mean over seeds and layers.", "",
+              "| task | mode | ratio per head |", "|---|---|---|"]
+    for r in alibi:
+      a = np.asarray(r["decompose"]["alibi_bias_spread_over_asymptotic_median"]).mean((0, 1))
+      lines.append(f"| {r['task']} | {'faithful' if r['faithful'] else 'clean'} | "
+                   f"{' '.join(f'{x:.3f}' for x in a)} |")
   mla = [r for r in rows if "mla_rotary" in r["decompose"].get("term_norm_mean", {})]
   if mla:
     lines += ["", "MLA's two channels (Frobenius norm of each channel's share of L, "

@@ -92,7 +92,8 @@ def _truncate_jsonl(path: str, step: int) -> list[dict]:
 
 def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         resume: bool = True, max_to_keep: int = 2, record_spectra: int = 0,
-        progress: Optional[Callable[[dict], None]] = None) -> dict:
+        progress: Optional[Callable[[dict], None]] = None,
+        seed_group: Optional[int] = None) -> dict:
   """Trains ``len(seeds)`` models of ``rc`` (an ``experiments.configs.RunConfig``).
 
   Args:
@@ -106,6 +107,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       spectra (``decompose.py``) on this many fixed test examples into
       ``spectra.jsonl``.
     progress: called after each evaluation with a dict of progress fields.
+    seed_group: vmap this many seeds at a time, groups one after another in
+      the same compiled chunk (single device only; default: all seeds at once).
+      An execution detail: it is not part of the run's config.
 
   Returns:
     The summary dict (also written to ``summary.json``).
@@ -116,7 +120,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   data = tasks.generate(rc.task)
   num_train = data.train_ids.shape[0]
   mesh = seed_mesh(len(seeds))
-  trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh)
+  trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,
+                    seed_group=seed_group if mesh is None else None)
   total = trainer.total_steps
   eval_every = eval_every or trainer.steps_per_epoch
   config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,

@@ -145,7 +145,8 @@ class Trainer:
 
   def __init__(self, model_cfg: model_lib.ModelConfig, task_cfg: TaskConfig,
                train_cfg: TrainConfig, *, num_train: int, mesh=None,
-               max_chunk_traces: Optional[int] = None):
+               max_chunk_traces: Optional[int] = None,
+               seed_group: Optional[int] = None):
     self.model_cfg = model_cfg
     self.task_cfg = task_cfg
     self.train_cfg = train_cfg
@@ -162,6 +163,12 @@ class Trainer:
                           eps=train_cfg.eps, weight_decay=train_cfg.weight_decay)
     self.graphdef = jax.eval_shape(
         lambda: model_lib.init_model(model_cfg, jax.random.key(0)))[0]
+    if seed_group is not None and seed_group < 1:
+      raise ValueError(f"seed_group must be >= 1, got {seed_group}")
+    if seed_group is not None and mesh is not None:
+      raise ValueError("seed_group applies to a single device (with a mesh, "
+                       "each device already runs its own seeds)")
+    self.seed_group = seed_group
     self.mesh = mesh
     chunk = self._chunk_impl
     if max_chunk_traces is not None:  # proves one program per chunk length
@@ -280,8 +287,20 @@ class Trainer:
     return jax.lax.scan(body, state, None, length=num_steps)
 
   def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
-    return jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
-        states, keys, train_ids, train_labels, num_steps)
+    run = lambda st, k: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
+        st, k, train_ids, train_labels, num_steps)
+    n, g = keys.shape[0], self.seed_group
+    if g is None or g >= n:
+      return run(states, keys)
+    if n % g:
+      raise ValueError(f"seed_group {g} does not divide the {n} seeds")
+    # Groups of g vmapped seeds, one group after another in the same program
+    # (lax.map): on a CPU whose cache one seed's step already fills, this keeps
+    # the per-seed working set small (see benchmarks/README.md).
+    split = lambda x: x.reshape((n // g, g) + x.shape[1:])
+    merge = lambda x: x.reshape((n,) + x.shape[2:])
+    out = jax.lax.map(lambda a: run(*a), (jax.tree.map(split, states), split(keys)))
+    return jax.tree.map(merge, out)
 
   def train_chunk(self, states, keys, train_ids, train_labels, num_steps: int):
     """Runs ``num_steps`` steps for every seed. Returns (states, losses ``[seeds, K]``).

@@ -106,6 +106,7 @@ def test_nonfinite_loss_stops_with_message(tmp_path):
     (["--pe=partial_rope", "--rope_heads=-1"], "rope_heads"),
     (["--steps=0"], "--steps must be >= 1"),
     (["--rope_heads=1"], "only applies to --pe=partial_rope"),
+    (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
 ])

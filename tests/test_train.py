@@ -95,6 +95,31 @@ def test_vmapped_seeds_equal_per_seed_loop():
   assert float(jnp.abs(losses[0] - losses[1]).max()) > 1e-4
 
 
+def test_seed_groups_equal_one_vmap():
+  """Groups of seeds run one after another (lax.map) give every seed's own run."""
+  rc, data = _setup(steps=6)
+  seeds = [3, 7, 11, 13]
+  out = {}
+  for g in (None, 1, 2):
+    tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                       seed_group=g)
+    keys = tr.seed_keys(seeds)
+    states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
+                                    data.train_labels, 6)
+    out[g] = (losses, states["params"])
+  for g in (1, 2):
+    np.testing.assert_allclose(out[g][0], out[None][0], rtol=2e-5, atol=2e-5)
+    chex.assert_trees_all_close(out[g][1], out[None][1], rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="does not divide"):
+    tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                       seed_group=3)
+    keys = tr.seed_keys(seeds)
+    tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 2)
+  with pytest.raises(ValueError, match="seed_group"):
+    train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
+                  seed_group=0)
+
+
 def test_chunks_replay_from_any_step():
   """Two chunks of 6 steps equal one run of 12: batches depend on (seed, step) only."""
   rc, data = _setup(steps=12)
