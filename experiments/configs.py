@@ -81,7 +81,8 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           rope_heads: Optional[int] = None, data_seed: int = 0,
           epochs: Optional[int] = None, steps: Optional[int] = None,
           batch_size: Optional[int] = None,
-          learning_rate: Optional[float] = None) -> RunConfig:
+          learning_rate: Optional[float] = None,
+          alibi_slopes: Optional[str] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
@@ -98,6 +99,10 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   model_kw = dict(_MODEL[preset])
   if rope_heads is not None:
     model_kw["rope_heads"] = rope_heads
+  if alibi_slopes is not None:
+    if pe != "alibi":
+      raise ValueError("alibi_slopes only applies to pe='alibi'")
+    model_kw["alibi_slopes"] = alibi_slopes
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
   if task_cfg.max_len > model_cfg.max_len:

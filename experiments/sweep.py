@@ -46,6 +46,9 @@ flags.DEFINE_float("learning_rate", None, "Override the preset's peak lr.")
 flags.DEFINE_integer("eval_every", None,
                      "Steps between evaluations and checkpoints (default: 1 epoch).")
 flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only).")
+flags.DEFINE_enum("alibi_slopes", None, ["standard", "paper"],
+                  "ALiBi slopes: standard 2^(-8h/H) (clean default) or the paper's "
+                  "exp(-h/H) (faithful default).")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
 flags.DEFINE_integer("seed_group", None,
                      "Vmap this many seeds at a time; groups run one after another in "
@@ -115,6 +118,8 @@ def plan_runs():
     if "partial_rope" not in pes:
       raise UsageError("--rope_heads only applies to --pe=partial_rope")
     heads = _int_list(FLAGS.rope_heads, "rope_heads")
+  if FLAGS.alibi_slopes is not None and "alibi" not in pes:
+    raise UsageError("--alibi_slopes only applies to --pe=alibi")
   runs = []
   for pe in pes:
     for k in (heads if pe == "partial_rope" else [None]):
@@ -123,7 +128,8 @@ def plan_runs():
                            rope_heads=k, data_seed=FLAGS.data_seed,
                            epochs=FLAGS.epochs, steps=FLAGS.steps,
                            batch_size=FLAGS.batch_size,
-                           learning_rate=FLAGS.learning_rate)
+                           learning_rate=FLAGS.learning_rate,
+                           alibi_slopes=FLAGS.alibi_slopes if pe == "alibi" else None)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(

@@ -90,6 +90,7 @@ class ModelConfig:
   mla_shared_rope_query: Optional[bool] = None
   mla_paper_rotary: Optional[bool] = None
   init_scheme: Optional[str] = None
+  alibi_slopes: Optional[str] = None
 
   def __post_init__(self):
     spec = positional.get_pe(self.pe)  # unknown name -> lists valid names
@@ -101,6 +102,9 @@ class ModelConfig:
       raise ValueError(
           f"d_model ({self.d_model}) must be divisible by num_heads "
           f"({self.num_heads})")
+    if self.alibi_slopes not in (None, "standard", "paper"):
+      raise ValueError(f"alibi_slopes must be 'standard' or 'paper', got "
+                       f"{self.alibi_slopes!r}")
     if not 0.0 <= self.dropout < 1.0:
       raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
     if spec.rotary == "partial" and not 0 <= self.rope_heads <= self.num_heads:
@@ -160,6 +164,13 @@ class ModelConfig:
     if self.mla_paper_rotary is None:
       return self.faithful
     return self.mla_paper_rotary
+
+  @property
+  def alibi_slope_scheme(self) -> str:
+    """'paper' (exp(-h/H)) in faithful mode unless overridden, else 'standard'."""
+    if self.alibi_slopes is None:
+      return "paper" if self.faithful else "standard"
+    return self.alibi_slopes
 
   @property
   def init(self) -> str:
@@ -326,7 +337,8 @@ class TransformerClassifier(nnx.Module):
     cfg = self.cfg
     if cfg.spec.bias != "alibi":
       return None
-    slopes = (positional.alibi_slopes_paper(cfg.num_heads) if cfg.faithful
+    slopes = (positional.alibi_slopes_paper(cfg.num_heads)
+              if cfg.alibi_slope_scheme == "paper"
               else positional.alibi_slopes(cfg.num_heads))
     return positional.alibi_bias(seq_len, slopes, causal=cfg.causal)
 

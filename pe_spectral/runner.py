@@ -62,6 +62,8 @@ def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
   out = []
   for k in keys:
     va, vb = a.get(k), b.get(k)
+    if (k not in a and vb is None) or (k not in b and va is None):
+      continue  # a field added later with its None default: same run
     if isinstance(va, dict) and isinstance(vb, dict):
       out += _config_diff(va, vb, f"{prefix}{k}.")
     elif va != vb:
@@ -135,7 +137,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
-    if resume and old != config:
+    if resume and _config_diff(old, config):
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
           + "; ".join(_config_diff(old, config)[:6])

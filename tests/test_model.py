@@ -177,7 +177,18 @@ def test_learned_table_too_short_raises():
     (dict(pe="mla", mla_latent_dim=0), "latent dims"),
     (dict(pe="mla", mla_rope_dim=-2), "latent dims"),
     (dict(num_layers=0), "num_layers"),
+    (dict(pe="alibi", alibi_slopes="steep"), "alibi_slopes"),
 ])
 def test_bad_config_raises(kw, msg):
   with pytest.raises(ValueError, match=msg):
     ModelConfig(**{**TINY, **kw})
+
+
+@pytest.mark.parametrize("faithful,override,want", [
+    (False, None, "standard"), (True, None, "paper"), (False, "paper", "paper"),
+    (True, "standard", "standard")])
+def test_alibi_slope_scheme(faithful, override, want):
+  cfg = ModelConfig(**{**TINY, "pe": "alibi", "faithful": faithful, "alibi_slopes": override})
+  model = nnx.merge(*init_model(cfg, jax.random.key(0)))
+  slopes = (P.alibi_slopes_paper if want == "paper" else P.alibi_slopes)(cfg.num_heads)
+  np.testing.assert_allclose(model.alibi(5), P.alibi_bias(5, slopes), atol=1e-7)

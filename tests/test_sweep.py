@@ -107,6 +107,7 @@ def test_nonfinite_loss_stops_with_message(tmp_path):
     (["--steps=0"], "--steps must be >= 1"),
     (["--rope_heads=1"], "only applies to --pe=partial_rope"),
     (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
+    (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
 ])
@@ -134,3 +135,13 @@ def test_record_spectra_survives_resume(tmp_path):
   assert os.path.exists(os.path.join(wd, "spectra.png"))
   bad = _sweep("--preset=smoke", "--record_spectra=-1", check=False)
   assert bad.returncode != 0 and "record_spectra" in bad.stderr
+
+
+def test_config_fields_added_later_with_none_default_still_match():
+  from pe_spectral import runner
+  old = {"run": {"model": {"pe": "alibi", "d_model": 64}}, "seeds": [0]}
+  new = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": None}}, "seeds": [0]}
+  assert runner._config_diff(old, new) == []
+  changed = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": "paper"}},
+             "seeds": [0]}
+  assert runner._config_diff(old, changed) == ["run.model.alibi_slopes: None -> 'paper'"]
