@@ -59,7 +59,7 @@ def main(argv):
     from pe_spectral import positional
     from pe_spectral.model import PAD_ID
     slopes = np.asarray(positional.alibi_slopes_paper(rc.model.num_heads)
-                        if rc.model.faithful else
+                        if rc.model.alibi_slope_scheme == "paper" else
                         positional.alibi_slopes(rc.model.num_heads))
     n = np.asarray(ids != PAD_ID).sum(1).astype(np.float64)             # [B]
     asym = 0.5500506 * slopes[None, :] * n[:, None] ** 2                 # [B, H]

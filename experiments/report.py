@@ -67,6 +67,10 @@ def _label(r) -> str:
   name = r["pe"]
   if r["pe"] == "partial_rope":
     name += f" (k={r.get('rope_heads')})"
+  slopes = r.get("config", {}).get("run", {}).get("model", {}).get("alibi_slopes")
+  if r["pe"] == "alibi" and slopes is not None and slopes != (
+      "paper" if r["faithful"] else "standard"):
+    name += f" ({slopes} slopes)"
   return name
 
 

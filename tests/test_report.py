@@ -40,6 +40,9 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
          "deposit_head_ratio_mean": 0.6, "other_heads_ratio_mean": 1.0}
   with open(os.path.join(runs, "distance", "rope", "decompose.json"), "w") as f:
     json.dump(dec, f)
+  _fixture_run(str(runs), "distance", "alibi-paper", "alibi", [0.7, 0.7, 0.7])
+  with open(os.path.join(runs, "distance", "alibi-paper", "config.json"), "w") as f:
+    json.dump({"run": {"model": {"alibi_slopes": "paper"}}}, f)
   alibi_dec = dict(dec, alibi_bias_spread_over_asymptotic_median=[[[0.9, 1.1]], [[1.0, 1.0]]])
   _fixture_run(str(runs), "distance", "alibi", "alibi", [0.2, 0.2, 0.2])
   with open(os.path.join(runs, "distance", "alibi", "decompose.json"), "w") as f:
@@ -63,7 +66,8 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   assert "Bayes ceiling" in text
   assert "| distance | rope | clean | 0 | 0.800 [0.600, 1.000] | 0.600 vs 1.000 | 3.00 | 1.00 | 3.00 |" in text
   assert "| count | clean | 0 | 2.00 | 0.38 |" in text
-  assert "| distance | clean | 0.950 1.050 |" in text  # ALiBi spread vs 0.55 m n²  # MLA channel norms, mean over heads
+  assert "| distance | clean | 0.950 1.050 |" in text  # ALiBi spread vs 0.55 m n²
+  assert "| alibi (paper slopes) | clean | smoke | 3 | 70.0 ± 0.0 |" in text  # MLA channel norms, mean over heads
   assert os.path.exists(tmp_path / "fig" / "accuracy_distance.png")
   # hand-written notes survive a re-render
   out.write_text(text + "\n<!-- hand-written notes below are kept by experiments.report -->\nNOTE\n")
