@@ -27,6 +27,9 @@ for pe in rope alibi sinusoidal; do
 done
 run_or_print "${SWEEP[@]}" --task=distance --pe=partial_rope --rope_heads=1 --batch_size=256 \
   --epochs=8 --workdir=runs/distance/partial_rope-k1-b256
+# ALiBi with the paper's steeper slopes exp(-h/H) in clean mode (standard: 2^(-8h/H)).
+run_or_print "${SWEEP[@]}" --task=distance --pe=alibi --alibi_slopes=paper \
+  --workdir=runs/distance/alibi-paper_slopes
 
 for wd in runs/distance/*/ runs/count/*/; do
   [ -f "$wd/summary.json" ] || [ "$DRY_RUN" -eq 1 ] || continue
