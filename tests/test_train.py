@@ -97,17 +97,17 @@ def test_vmapped_seeds_equal_per_seed_loop():
 
 def test_seed_groups_equal_one_vmap():
   """Groups of seeds run one after another (lax.map) give every seed's own run."""
-  rc, data = _setup(steps=6)
+  rc, data = _setup(steps=4)
   seeds = [3, 7, 11, 13]
   out = {}
-  for g in (None, 1, 2):
+  for g in (None, 2):
     tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
                        seed_group=g)
     keys = tr.seed_keys(seeds)
     states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
-                                    data.train_labels, 6)
+                                    data.train_labels, 4)
     out[g] = (losses, states["params"])
-  for g in (1, 2):
+  for g in (2,):
     np.testing.assert_allclose(out[g][0], out[None][0], rtol=2e-5, atol=2e-5)
     chex.assert_trees_all_close(out[g][1], out[None][1], rtol=1e-4, atol=1e-5)
   with pytest.raises(ValueError, match="does not divide"):
