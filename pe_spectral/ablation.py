@@ -81,13 +81,7 @@ def _masked_accuracies(trainer, p, ids, labels, masks, chunk):
 def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
   """Prefix-shared path. ``layer_masks [L, M, H]``: factors on layer l's heads
   (other layers intact). Returns ``(baseline, [L, M])``."""
-  bs = trainer.train_cfg.eval_batch_size
-  n = ids.shape[0]
-  nb = -(-n // bs)
-  pad = nb * bs - n
-  ids_b = jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1)
-  labels_b = jnp.pad(labels, (0, pad)).reshape(nb, bs)
-  real_b = (jnp.arange(nb * bs) < n).reshape(nb, bs)
+  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
 
   def one(args):
     x, y, real = args

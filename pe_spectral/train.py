@@ -309,14 +309,19 @@ class Trainer:
     """
     return self._chunk(states, keys, train_ids, train_labels, num_steps=num_steps)
 
-  def _eval_one(self, params, ids, labels, head_mask=None):
+  def eval_batches(self, ids, labels):
+    """``(ids [nb, bs, seq], labels [nb, bs], real [nb, bs])``: the data padded to
+    whole evaluation batches; ``real`` marks the examples that count."""
     bs = self.train_cfg.eval_batch_size
     n = ids.shape[0]
     nb = -(-n // bs)
     pad = nb * bs - n
-    ids_b = jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1)
-    labels_b = jnp.pad(labels, (0, pad)).reshape(nb, bs)
-    real_b = (jnp.arange(nb * bs) < n).reshape(nb, bs)
+    return (jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1),
+            jnp.pad(labels, (0, pad)).reshape(nb, bs),
+            (jnp.arange(nb * bs) < n).reshape(nb, bs))
+
+  def _eval_one(self, params, ids, labels, head_mask=None):
+    ids_b, labels_b, real_b = self.eval_batches(ids, labels)
 
     def one(args):
       x, y, real = args
