@@ -86,9 +86,7 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
   def one(args):
     x, y, real = args
     model = nnx.merge(trainer.graphdef, p)
-    targets, valid = trainer.rule.targets(y)
-    w = (valid & real).astype(jnp.float32)
-    hits = lambda logits: ((jnp.argmax(logits, -1) == targets) * w).sum()
+    hits = lambda logits: trainer.score(logits, y, real)[0]
     e = model.embed_inputs(x)
     ctx = model.context(x)
     blocks = list(model.blocks)
@@ -104,7 +102,8 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
           h = later(h, e, **ctx, head_mask=None, key=None)
         return hits(model.classify(h, x))
       per_layer.append(_chunked_vmap(run, layer_masks[l], chunk))
-    return hits(model.classify(xs[-1], x)), jnp.stack(per_layer), w.sum()
+    correct, _, count = trainer.score(model.classify(xs[-1], x), y, real)
+    return correct, jnp.stack(per_layer), count
 
   base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b))
   count = jnp.maximum(count.sum(), 1.0)

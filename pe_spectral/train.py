@@ -176,6 +176,7 @@ class Trainer:
     self._chunk = jax.jit(chunk, static_argnames="num_steps",
                           donate_argnums=(0,))
     self._eval = jax.jit(self._eval_impl)
+    self._init = jax.jit(jax.vmap(self.init_one))
 
   # -- seeds and placement ---------------------------------------------------
   @staticmethod
@@ -228,7 +229,7 @@ class Trainer:
 
   def init(self, seed_keys):
     """Per-seed train states stacked on a leading seed axis."""
-    return jax.jit(jax.vmap(self.init_one))(self.shard(seed_keys))
+    return self._init(self.shard(seed_keys))  # jitted once per trainer
 
   def abstract_state(self, num_seeds: int):
     """Shape/dtype (and sharding) structure of ``init``'s output (for restore)."""
@@ -241,18 +242,21 @@ class Trainer:
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
 
   # -- steps -----------------------------------------------------------------
+  def score(self, logits, labels, real=None):
+    """``(correct, summed CE, count)`` over the examples that count: the label
+    rule's valid ones, and (if given) only where ``real`` is True."""
+    targets, valid = self.rule.targets(labels)
+    w = (valid if real is None else valid & real).astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(
+        logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
+    return ((jnp.argmax(logits, -1) == targets) * w).sum(), (ce * w).sum(), w.sum()
+
   def loss_fn(self, params, ids, labels, dropout_key=None, head_mask=None):
     """Mean CE over counted examples, and (correct, counted) tallies."""
     logits = model_lib.apply_model(self.graphdef, params, ids,
                                    dropout_key=dropout_key, head_mask=head_mask)
-    targets, valid = self.rule.targets(labels)
-    ce = optax.softmax_cross_entropy_with_integer_labels(
-        logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
-    w = valid.astype(jnp.float32)
-    count = w.sum()
-    loss = (ce * w).sum() / jnp.maximum(count, 1.0)
-    correct = ((jnp.argmax(logits, -1) == targets) * w).sum()
-    return loss, (correct, count)
+    correct, ce_sum, count = self.score(logits, labels)
+    return ce_sum / jnp.maximum(count, 1.0), (correct, count)
 
   def train_step(self, state, ids, labels, dropout_key):
     """One AdamW update. Returns (new state, loss)."""
@@ -326,11 +330,7 @@ class Trainer:
     def one(args):
       x, y, real = args
       logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask)
-      targets, valid = self.rule.targets(y)
-      w = (valid & real).astype(jnp.float32)
-      ce = optax.softmax_cross_entropy_with_integer_labels(
-          logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
-      return ((jnp.argmax(logits, -1) == targets) * w).sum(), (ce * w).sum(), w.sum()
+      return self.score(logits, y, real)
 
     correct, loss_sum, count = jax.lax.map(one, (ids_b, labels_b, real_b))
     count = jnp.maximum(count.sum(), 1.0)
