@@ -56,11 +56,8 @@ def main(argv):
   if rc.model.spec.bias == "alibi" and not rc.model.causal:
     # SPECTRAL.md: spread(S(B)) = 0.5500506 m n^2 + O(m) for the symmetric ALiBi
     # bias of slope m on n tokens; n = each example's real (unpadded) length.
-    from pe_spectral import positional
-    from pe_spectral.model import PAD_ID
-    slopes = np.asarray(positional.alibi_slopes_paper(rc.model.num_heads)
-                        if rc.model.alibi_slope_scheme == "paper" else
-                        positional.alibi_slopes(rc.model.num_heads))
+    from pe_spectral.model import PAD_ID, alibi_slopes
+    slopes = np.asarray(alibi_slopes(rc.model))
     n = np.asarray(ids != PAD_ID).sum(1).astype(np.float64)             # [B]
     asym = 0.5500506 * slopes[None, :] * n[:, None] ** 2                 # [B, H]
     alibi_ratio = np.median(bias_spread / asym[None, :, None, :], axis=1)  # [S, L, H]

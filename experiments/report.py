@@ -68,8 +68,7 @@ def _label(r) -> str:
   if r["pe"] == "partial_rope":
     name += f" (k={r.get('rope_heads')})"
   slopes = r.get("config", {}).get("run", {}).get("model", {}).get("alibi_slopes")
-  if r["pe"] == "alibi" and slopes is not None and slopes != (
-      "paper" if r["faithful"] else "standard"):
+  if r["pe"] == "alibi" and slopes is not None:  # set explicitly, not the mode's default
     name += f" ({slopes} slopes)"
   return name
 

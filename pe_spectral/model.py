@@ -337,10 +337,7 @@ class TransformerClassifier(nnx.Module):
     cfg = self.cfg
     if cfg.spec.bias != "alibi":
       return None
-    slopes = (positional.alibi_slopes_paper(cfg.num_heads)
-              if cfg.alibi_slope_scheme == "paper"
-              else positional.alibi_slopes(cfg.num_heads))
-    return positional.alibi_bias(seq_len, slopes, causal=cfg.causal)
+    return positional.alibi_bias(seq_len, alibi_slopes(cfg), causal=cfg.causal)
 
   def __call__(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
                head_mask: Optional[jax.Array] = None) -> jax.Array:
@@ -392,6 +389,13 @@ class TransformerClassifier(nnx.Module):
     else:
       pooled = x.mean(1)
     return self.head(pooled)
+
+
+def alibi_slopes(cfg: ModelConfig) -> jax.Array:
+  """The ALiBi slopes ``[num_heads]`` of ``cfg`` (its resolved slope scheme)."""
+  if cfg.alibi_slope_scheme == "paper":
+    return positional.alibi_slopes_paper(cfg.num_heads)
+  return positional.alibi_slopes(cfg.num_heads)
 
 
 def init_model(cfg: ModelConfig, key: jax.Array):
