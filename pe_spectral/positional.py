@@ -118,8 +118,7 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
   # re-evaluated inside the fused embedding add for every batch row.
   half = (dim + 1) // 2
   pos = np.arange(num_positions, dtype=np.float64)[:, None]
-  freqs = float(base) ** (-2.0 * np.arange(half) / dim)
-  angles = pos * freqs[None, :]
+  angles = pos * _inverse_freqs(half, dim, base)[None, :]
   table = np.stack([np.sin(angles), np.cos(angles)], axis=-1)
   return jnp.asarray(table.reshape(num_positions, 2 * half)[:, :dim], dtype)
 
@@ -128,11 +127,21 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
 # Rotary position embedding.
 # ----------------------------------------------------------------------------
 
+def _inverse_freqs(count: int, dim: int, base: float) -> np.ndarray:
+  """``base ** (-2i / dim)`` for ``i < count`` in float64 (static: shapes only)."""
+  return float(base) ** (-2.0 * np.arange(count) / dim)
+
+
 def rope_angles(positions: jax.Array, head_dim: int,
                 base: float = 10000.0) -> jax.Array:
-  """Angles ``positions[..., None] * base ** (-2i / head_dim)``, shape ``[..., head_dim/2]``."""
-  freqs = base ** (-2.0 * jnp.arange(head_dim // 2, dtype=jnp.float32) / head_dim)
-  return jnp.asarray(positions, jnp.float32)[..., None] * freqs
+  """Angles ``positions[..., None] * base ** (-2i / head_dim)``, shape ``[..., head_dim/2]``.
+
+  NumPy positions give float64 NumPy angles: a constant under ``jit``.
+  """
+  freqs = _inverse_freqs(head_dim // 2, head_dim, base)
+  if isinstance(positions, np.ndarray):
+    return positions.astype(np.float64)[..., None] * freqs
+  return jnp.asarray(positions, jnp.float32)[..., None] * freqs.astype(np.float32)
 
 
 def _rope_tables(positions, head_dim: int, base: float):
@@ -143,14 +152,9 @@ def _rope_tables(positions, head_dim: int, base: float):
   inside the fused rotation for every batch row and head (measured: the
   fusion was the single most expensive op of a forward pass).
   """
-  if isinstance(positions, np.ndarray):
-    freqs = float(base) ** (-2.0 * np.arange(head_dim // 2) / head_dim)
-    angles = positions.astype(np.float64)[..., None] * freqs
-    return (np.repeat(np.cos(angles), 2, axis=-1).astype(np.float32),
-            np.repeat(np.sin(angles), 2, axis=-1).astype(np.float32))
   angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
-  return (jnp.repeat(jnp.cos(angles), 2, axis=-1),
-          jnp.repeat(jnp.sin(angles), 2, axis=-1))
+  xp = np if isinstance(angles, np.ndarray) else jnp
+  return (xp.repeat(xp.cos(angles), 2, axis=-1), xp.repeat(xp.sin(angles), 2, axis=-1))
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, *,
