@@ -137,10 +137,11 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
-    if resume and _config_diff(old, config):
+    diff = _config_diff(old, config)
+    if resume and diff:
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
-          + "; ".join(_config_diff(old, config)[:6])
+          + "; ".join(diff[:6])
           + "); pass --noresume to overwrite it or choose another --workdir")
     if not resume and writer:
       for key in ("metrics", "summary", "plot", "spectra"):
