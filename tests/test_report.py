@@ -65,9 +65,9 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   assert "L0: 60.0 ± 3.00 / 0.90 ± 0.05" in text
   assert "Bayes ceiling" in text
   assert "| distance | rope | clean | 0 | 0.800 [0.600, 1.000] | 0.600 vs 1.000 | 3.00 | 1.00 | 3.00 |" in text
-  assert "| count | clean | 0 | 2.00 | 0.38 |" in text
+  assert "| count | clean | 0 | 2.00 | 0.38 |" in text  # MLA channel norms, mean over heads
   assert "| distance | clean | 0.950 1.050 |" in text  # ALiBi spread vs 0.55 m n²
-  assert "| alibi (paper slopes) | clean | smoke | 3 | 70.0 ± 0.0 |" in text  # MLA channel norms, mean over heads
+  assert "| alibi (paper slopes) | clean | smoke | 3 | 70.0 ± 0.0 |" in text
   assert os.path.exists(tmp_path / "fig" / "accuracy_distance.png")
   # hand-written notes survive a re-render
   out.write_text(text + "\n<!-- hand-written notes below are kept by experiments.report -->\nNOTE\n")
