@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral import positional
+from pe_spectral import positional, rng
 
 __all__ = ["attention", "attention_logits", "dropout", "torch_linear_init",
            "torch_linear", "paper_mla_rotary", "MultiHeadAttention",
@@ -31,7 +31,7 @@ def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
   """Inverted dropout with an explicit key; identity if ``key`` is None or rate 0."""
   if key is None or rate == 0.0:
     return x
-  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  keep = rng.bernoulli(key, 1.0 - rate, x.shape)  # == jax.random.bernoulli, faster
   return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
 
 
