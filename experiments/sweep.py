@@ -52,8 +52,9 @@ flags.DEFINE_enum("alibi_slopes", None, ["standard", "paper"],
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
 flags.DEFINE_integer("seed_group", None,
                      "Vmap this many seeds at a time; groups run one after another in "
-                     "the same compiled program (single device; default: all seeds at "
-                     "once). On a small CPU, 1-2 is faster at batch >= 128 (benchmarks/).")
+                     "the same compiled program (single device; same results). 0: all "
+                     "seeds in one vmap. Default: 1 on a CPU backend (faster there, "
+                     "benchmarks/README.md), all seeds at once on GPU/TPU.")
 flags.DEFINE_integer("record_spectra", 0,
                      "If > 0: at each eval, record per-layer/head logit spectra on "
                      "this many fixed test examples into spectra.jsonl.")
@@ -103,11 +104,13 @@ def plan_runs():
     raise UsageError(f"--seeds must be >= 1, got {FLAGS.seeds}")
   if FLAGS.seed < 0 or FLAGS.data_seed < 0:
     raise UsageError("--seed and --data_seed must be >= 0")
-  for name in ("epochs", "steps", "batch_size", "eval_every", "seed_group"):
+  for name in ("epochs", "steps", "batch_size", "eval_every"):
     val = getattr(FLAGS, name)
     if val is not None and val < 1:
       raise UsageError(f"--{name} must be >= 1, got {val}")
-  if FLAGS.seed_group is not None and FLAGS.seeds % FLAGS.seed_group:
+  if FLAGS.seed_group is not None and FLAGS.seed_group < 0:
+    raise UsageError(f"--seed_group must be >= 0, got {FLAGS.seed_group}")
+  if FLAGS.seed_group and FLAGS.seeds % FLAGS.seed_group:
     raise UsageError(f"--seed_group {FLAGS.seed_group} must divide --seeds {FLAGS.seeds}")
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
@@ -189,6 +192,16 @@ def _progress(tag: str):
   return show
 
 
+def _seed_group(flag):
+  """The runner's ``seed_group``: the flag, with 0 = one vmap over all seeds and
+  None = 1 on a CPU backend (there one seed already fills the cores, and a wide
+  vmap turns every matmul into a slower batched one), all seeds elsewhere."""
+  if flag is None:
+    import jax
+    return 1 if jax.default_backend() == "cpu" else None
+  return flag or None
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -218,7 +231,7 @@ def main(argv):
       s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
                      resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
                      progress=None if quiet else _progress(tag),
-                     seed_group=FLAGS.seed_group)
+                     seed_group=_seed_group(FLAGS.seed_group))
     except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 1

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import pytest
 
 
@@ -107,6 +108,7 @@ def test_nonfinite_loss_stops_with_message(tmp_path):
     (["--steps=0"], "--steps must be >= 1"),
     (["--rope_heads=1"], "only applies to --pe=partial_rope"),
     (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
+    (["--seed_group=-1"], "--seed_group must be >= 0"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
@@ -145,3 +147,10 @@ def test_config_fields_added_later_with_none_default_still_match():
   changed = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": "paper"}},
              "seeds": [0]}
   assert runner._config_diff(old, changed) == ["run.model.alibi_slopes: None -> 'paper'"]
+
+
+def test_seed_group_default_follows_backend():
+  from experiments import sweep
+  assert sweep._seed_group(None) == (1 if jax.default_backend() == "cpu" else None)
+  assert sweep._seed_group(0) is None  # one vmap over all seeds
+  assert sweep._seed_group(2) == 2
