@@ -106,24 +106,30 @@ def _attend(q, k, v, bias, mask, key, scale, rate):
   return _attend_fwd(q, k, v, bias, mask, key, scale, rate)[0]
 
 
+def _hm(x):
+  """``[batch, seq, heads, d]`` <-> ``[batch, heads, seq, d]``."""
+  return x.transpose(0, 2, 1, 3)
+
+
 def _attend_fwd(q, k, v, bias, mask, key, scale, rate):
   p = _probs(q, k, bias, mask, scale, v.dtype)
-  out = jnp.einsum("bhqk,bkhd->bqhd", dropout(p, rate, key), v)
+  out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, rate, key), _hm(v)))
   return out, (q, k, v, bias, mask, key, p, out)
 
 
 def _attend_bwd(scale, rate, res, d_out):
   q, k, v, bias, mask, key, p, out = res
-  d_v = jnp.einsum("bhqk,bqhd->bkhd", dropout(p, rate, key), d_out)
+  d_out_h = _hm(d_out)
+  d_v = _hm(jnp.einsum("bhqk,bhqd->bhkd", dropout(p, rate, key), d_out_h))
   # d(dropped probs), then through the dropout mask (same key: same mask).
-  d_p = dropout(jnp.einsum("bqhd,bkhd->bhqk", d_out, v), rate, key)
+  d_p = dropout(jnp.einsum("bhqd,bhkd->bhqk", d_out_h, _hm(v)), rate, key)
   # Softmax backward: sum_k d_p * p equals rowsum(d_out * out) (out = dropped p @ v).
   row = jnp.einsum("bqhd,bqhd->bhq", d_out, out)[..., None]
   d_logits = p * (d_p - row.astype(p.dtype))
   if mask is not None:
     d_logits = jnp.where(mask, d_logits, jnp.zeros_like(d_logits))
-  d_q = jnp.einsum("bhqk,bkhd->bqhd", d_logits, k) * scale
-  d_k = jnp.einsum("bhqk,bqhd->bkhd", d_logits, q * scale)
+  d_q = _hm(jnp.einsum("bhqk,bhkd->bhqd", d_logits, _hm(k))) * scale
+  d_k = _hm(jnp.einsum("bhqk,bhqd->bhkd", d_logits, _hm(q * scale)))
   d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
   return d_q, d_k, d_v, d_bias, None, None
 
