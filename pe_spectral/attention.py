@@ -165,6 +165,41 @@ def torch_linear_init(fan_in: int):
   return init
 
 
+@jax.custom_vjp
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+  """``y + bias`` over the last axis; the bias gradient is a matrix-vector
+  product. (Autodiff's equivalent sum over all leading axes becomes a
+  reduce-window on XLA:CPU, ~7x slower for a ``[64, 128, 256]`` gradient, and
+  there is one per linear layer.)"""
+  return y + bias
+
+
+def _add_bias_fwd(y, bias):
+  return y + bias, None
+
+
+def _add_bias_bwd(_, d_y):
+  rows = d_y.reshape(-1, d_y.shape[-1])
+  return d_y, jnp.ones((rows.shape[0],), rows.dtype) @ rows
+
+
+add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
+class Linear(nnx.Linear):
+  """``nnx.Linear`` (same parameters, same forward) whose bias is added by
+  :func:`add_bias`."""
+
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    if self.bias is None:
+      return super().__call__(inputs)
+    inputs, kernel, bias = self.promote_dtype(
+        (inputs, self.kernel[...], self.bias[...]), dtype=self.dtype)
+    y = self.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())),
+                         precision=self.precision)
+    return add_bias(y, bias)
+
+
 def torch_linear(in_features: int, out_features: int, *, rngs: nnx.Rngs,
                  use_bias: bool = True, init_scheme: str = "torch") -> nnx.Linear:
   """An ``nnx.Linear`` initialised like ``torch.nn.Linear`` (``init_scheme="torch"``).
@@ -173,12 +208,12 @@ def torch_linear(in_features: int, out_features: int, *, rngs: nnx.Rngs,
   """
   if init_scheme == "torch":
     init = torch_linear_init(in_features)
-    return nnx.Linear(in_features, out_features, use_bias=use_bias,
-                      kernel_init=init, bias_init=init, rngs=rngs)
+    return Linear(in_features, out_features, use_bias=use_bias,
+                  kernel_init=init, bias_init=init, rngs=rngs)
   if init_scheme == "lecun":
-    return nnx.Linear(in_features, out_features, use_bias=use_bias,
-                      kernel_init=jax.nn.initializers.lecun_normal(),
-                      bias_init=jax.nn.initializers.zeros, rngs=rngs)
+    return Linear(in_features, out_features, use_bias=use_bias,
+                  kernel_init=jax.nn.initializers.lecun_normal(),
+                  bias_init=jax.nn.initializers.zeros, rngs=rngs)
   raise ValueError(f"unknown init_scheme {init_scheme!r}")
 
 
