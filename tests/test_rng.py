@@ -6,19 +6,16 @@ import pytest
 
 from pe_spectral import attention, rng
 
-SHAPES = [(), (1,), (7,), (3, 5), (2, 1, 4, 9), (4, 3, 16, 16)]
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_bits_and_bernoulli_match_jax(shape):
-  for seed in (0, 123456789):
-    key = jax.random.key(seed)
-    np.testing.assert_array_equal(jax.jit(rng.random_bits32, static_argnums=1)(key, shape),
-                                  jax.random.bits(key, shape, jnp.uint32))
-    for p in (0.9, 0.5, 0.1):
-      np.testing.assert_array_equal(
-          jax.jit(rng.bernoulli, static_argnums=(1, 2))(key, p, shape),
-          jax.random.bernoulli(key, p, shape))
+@pytest.mark.parametrize("shape,seed", [((), 0), ((7,), 123456789), ((2, 1, 4, 9), 3),
+                                        ((4, 3, 16, 16), 2 ** 31 + 5)])
+def test_bits_and_bernoulli_match_jax(shape, seed):
+  key = jax.random.key(seed)
+  np.testing.assert_array_equal(jax.jit(rng.random_bits32, static_argnums=1)(key, shape),
+                                jax.random.bits(key, shape, jnp.uint32))
+  for p in (0.9, 0.1):
+    np.testing.assert_array_equal(
+        jax.jit(rng.bernoulli, static_argnums=(1, 2))(key, p, shape),
+        jax.random.bernoulli(key, p, shape))
 
 
 def test_raw_keys_vmap_and_split_keys():
