@@ -60,9 +60,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   Differentiated by a hand-written VJP (:func:`_attend`; the gradient of plain
   autodiff up to float rounding, tested) that is cheaper on CPU: the softmax
   backward uses ``rowsum(dO * O)`` instead of a pass over the ``[q, k]``
-  probabilities, only the probabilities are kept for the backward pass (the
-  dropout mask is recomputed from its key), and the logit scale is folded into
-  ``q`` (exact when ``scale`` is a power of two, e.g. head_dim 16 or 64).
+  probabilities, the probabilities are the only ``[q, k]``-sized tensor kept
+  for the backward pass (the dropout mask is recomputed from its key), the
+  einsums run head-major so XLA transposes the small ``[b, h, t, d]`` operands
+  rather than ``[b, h, q, k]`` ones, and the logit scale is folded into ``q``
+  (exact when ``scale`` is a power of two, e.g. head_dim 16 or 64).
 
   Args:
     q: ``[batch, q_len, heads, d_qk]``.
