@@ -72,6 +72,17 @@ def _timed(fn):
   return time.perf_counter() - t, out
 
 
+def _best_chunk_seconds(tr, state, keys, data, steps, reps):
+  """Best wall time of ``reps`` chunks of ``steps`` steps (state threaded through:
+  the chunk donates its input state), and the final state."""
+  best = float("inf")
+  for _ in range(reps):
+    dt, (state, _) = _timed(lambda: tr.train_chunk(state, keys, data.train_ids,
+                                                   data.train_labels, steps))
+    best = min(best, dt)
+  return best, state
+
+
 def matmul_peak(n=2048, reps=5) -> float:
   a = jax.random.normal(jax.random.key(0), (n, n))
   f = jax.jit(lambda x: x @ x)
@@ -111,12 +122,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
       st = tr.init(k)
       st, _ = jax.block_until_ready(
           tr.train_chunk(st, k, data.train_ids, data.train_labels, steps))  # warm
-      best = float("inf")
-      for _ in range(reps):  # best of `reps` (shared machine); state threaded through
-        dt, (st, _) = _timed(lambda: tr.train_chunk(st, k, data.train_ids,
-                                                    data.train_labels, steps))
-        best = min(best, dt)
-      total += best
+      total += _best_chunk_seconds(tr, st, k, data, steps, reps)[0]  # shared machine
     n_seeds = len(keys) * repeat
     ex = n_seeds * steps * batch / total
     rows[label] = {"seed_examples_per_s": ex, "seconds": total,
@@ -159,12 +165,7 @@ def overhead_fit(log, batches, steps=20, preset="cpu", pe="rope"):
     st = jax.block_until_ready(tr.init(keys))
     st, _ = jax.block_until_ready(tr.train_chunk(st, keys, data.train_ids,
                                                  data.train_labels, steps))
-    best = float("inf")
-    for _ in range(2):  # the chunk donates its input state: thread it through
-      dt, (st, _) = _timed(lambda: tr.train_chunk(st, keys, data.train_ids,
-                                                  data.train_labels, steps))
-      best = min(best, dt)
-    times.append(best / steps)
+    times.append(_best_chunk_seconds(tr, st, keys, data, steps, 2)[0] / steps)
   c, t0 = np.polyfit(np.asarray(batches, float), np.asarray(times), 1)
   bound = {b: (t0 + c * b) / (c * b) for b in batches}
   per_ex = {b: t / b for b, t in zip(batches, times)}
