@@ -64,7 +64,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   for the backward pass (the dropout mask is recomputed from its key), the
   einsums run head-major so XLA transposes the small ``[b, h, t, d]`` operands
   rather than ``[b, h, q, k]`` ones, and the logit scale is folded into ``q``
-  (exact when ``scale`` is a power of two, e.g. head_dim 16 or 64).
+  (exact when ``scale`` is a power of two, e.g. head_dim 16 or 64). Being a
+  ``jax.custom_vjp``, it supports reverse mode (``grad``, ``vjp``) but not
+  forward mode (``jvp``, ``jacfwd``); :func:`add_bias` likewise.
 
   Args:
     q: ``[batch, q_len, heads, d_qk]``.
