@@ -89,8 +89,6 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   chex.assert_axis_dimension(k, 2, q.shape[2])
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  if dropout_key is None or dropout_rate == 0.0:
-    dropout_key, dropout_rate = None, 0.0
   out = _attend(q, k, v, bias, mask, dropout_key, float(scale), float(dropout_rate))
   if head_mask is not None:
     out = _mask_heads(out, head_mask)

@@ -153,8 +153,10 @@ def _rope_tables(positions, head_dim: int, base: float):
   fusion was the single most expensive op of a forward pass).
   """
   angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
-  xp = np if isinstance(angles, np.ndarray) else jnp
-  return (xp.repeat(xp.cos(angles), 2, axis=-1), xp.repeat(xp.sin(angles), 2, axis=-1))
+  if isinstance(angles, np.ndarray):  # float64 NumPy angles -> float32 constants
+    return (np.repeat(np.cos(angles), 2, axis=-1).astype(np.float32),
+            np.repeat(np.sin(angles), 2, axis=-1).astype(np.float32))
+  return (jnp.repeat(jnp.cos(angles), 2, axis=-1), jnp.repeat(jnp.sin(angles), 2, axis=-1))
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, *,

@@ -299,8 +299,8 @@ class Trainer:
     if n % g:
       raise ValueError(f"seed_group {g} does not divide the {n} seeds")
     # Groups of g vmapped seeds, one group after another in the same program
-    # (lax.map): on a CPU whose cache one seed's step already fills, this keeps
-    # the per-seed working set small (see benchmarks/README.md).
+    # (lax.map): on XLA:CPU a wide vmap turns every dense matmul into a slower
+    # batched dot, and one seed's step is already compute-bound (benchmarks/README.md).
     split = lambda x: x.reshape((n // g, g) + x.shape[1:])
     merge = lambda x: x.reshape((n,) + x.shape[2:])
     out = jax.lax.map(lambda a: run(*a), (jax.tree.map(split, states), split(keys)))

@@ -6,6 +6,7 @@ import pytest
 
 from pe_spectral import attention, rng
 
+
 @pytest.mark.parametrize("shape,seed", [((), 0), ((7,), 123456789), ((2, 1, 4, 9), 3),
                                         ((4, 3, 16, 16), 2 ** 31 + 5)])
 def test_bits_and_bernoulli_match_jax(shape, seed):
