@@ -246,7 +246,8 @@ def main(argv):
   runs = []
   for preset in [p for p in FLAGS.presets.split(",") if p]:
     steps = FLAGS.steps if preset != "paper" else FLAGS.paper_steps
-    batch = FLAGS.paper_batch if preset == "paper" else configs._TRAIN[preset]["batch_size"]
+    batch = (FLAGS.paper_batch if preset == "paper"
+             else configs.train_settings(preset, "rope", True)["batch_size"])
     runs.append((preset, steps, batch, preset))
   if FLAGS.small_batch and "cpu" in FLAGS.presets.split(","):
     # The overhead-bound regime: the same model at a tiny batch.

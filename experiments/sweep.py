@@ -34,9 +34,11 @@ flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
 flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
 flags.DEFINE_enum("preset", "cpu", list(configs.PRESET_NAMES),
-                  "Sizes: smoke (tests), cpu (default, minutes), paper (GPU).")
+                  "Sizes: smoke (tests), cpu (default, minutes), study and deposit "
+                  "(the converged study, docs/presets.md), paper (GPU).")
 flags.DEFINE_bool("faithful", False,
-                  "The paper's architecture/loss quirks (PROTOCOL.md §5).")
+                  "The paper's architecture, loss and optimiser quirks "
+                  "(docs/protocol.md).")
 flags.DEFINE_string("rope_heads", None,
                     "partial_rope: heads with RoPE, an int or comma list.")
 flags.DEFINE_integer("epochs", None, "Override the preset's epochs.")
@@ -238,11 +240,17 @@ def main(argv):
     rows.append((tag, s))
   if quiet:
     return 0
-  print(f"\n{'run':<34} {'test acc (mean ± std)':>22}  per-seed test accuracy (%)")
+  print(f"\n{'run':<34} {'test acc (mean ± std)':>22}  {'plateaued':>9}  "
+        f"per-seed test accuracy (%)")
   for tag, s in rows:
     per = " ".join(f"{100 * a:.1f}" for a in s["test_accuracy"])
+    pl = s.get("plateau", {}).get("per_seed")
+    pl = "?" if pl is None else f"{sum(pl)}/{len(pl)}"
     print(f"{tag:<34} {100 * s['test_accuracy_mean']:>12.2f} ± "
-          f"{100 * s['test_accuracy_std']:<6.2f}  {per}")
+          f"{100 * s['test_accuracy_std']:<6.2f}  {pl:>9}  {per}")
+  crit = rows[-1][1].get("plateau", {}).get("criterion") if rows else None
+  if crit:
+    print(f"plateaued: seeds whose {crit}")
   return 0
 
 

@@ -306,14 +306,18 @@ class LatentAttention(nnx.Module):
   ``rope_dim`` channel -- one key shared by all heads, and either a per-head
   query (DeepSeek, the default) or one query shared by all heads (the paper).
   Logits are scaled by ``1/sqrt(head_dim + rope_dim)``. All projections are
-  bias-free, as in the paper's code.
+  bias-free, as in the paper's code. ``attn_dropout`` drops attention
+  probabilities like :class:`MultiHeadAttention` (the clean model uses the
+  same rate for every PE; the paper's MLA has none, so faithful mode passes 0).
   """
 
   def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
                rope_dim: int, shared_rope_query: bool = False,
                paper_rotary: bool = False, rope_base: float = 10000.0,
-               init_scheme: str = "torch", rngs: nnx.Rngs):
+               attn_dropout: float = 0.0, init_scheme: str = "torch",
+               rngs: nnx.Rngs):
     self.num_heads = num_heads
+    self.attn_dropout = attn_dropout
     self.head_dim = d_model // num_heads
     self.rope_dim = rope_dim
     self.shared_rope_query = shared_rope_query
@@ -359,13 +363,15 @@ class LatentAttention(nnx.Module):
     k = jnp.concatenate([k_c, k_r], axis=-1)
     return q, k
 
-  def head_outputs(self, x, *, positions, bias=None, mask=None):
+  def head_outputs(self, x, *, positions, bias=None, mask=None,
+                   dropout_key=None):
     """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``)."""
     b, s, _ = x.shape
     q, k = self.project_qk(x, positions)
     v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
                                                self.head_dim)
-    return attention(q, k, v, bias=bias, mask=mask)
+    return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
+                     dropout_key=dropout_key)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""
@@ -375,6 +381,5 @@ class LatentAttention(nnx.Module):
 
   def __call__(self, x, *, positions, bias=None, mask=None, head_mask=None,
                dropout_key=None):
-    del dropout_key  # the paper's MLA has no attention dropout
-    return self.combine(self.head_outputs(x, positions=positions, bias=bias, mask=mask),
-                        head_mask)
+    return self.combine(self.head_outputs(x, positions=positions, bias=bias, mask=mask,
+                                          dropout_key=dropout_key), head_mask)

@@ -225,6 +225,9 @@ class _Block(nnx.Module):
           cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
           rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
           paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base,
+          # the paper's MLA has no attention dropout; the clean model gives
+          # every PE the same regularisation
+          attn_dropout=0.0 if cfg.faithful else cfg.dropout,
           init_scheme=cfg.init, rngs=rngs)
     else:
       self.attn = MultiHeadAttention(
@@ -255,7 +258,8 @@ class _Block(nnx.Module):
     h = self.ln1(x)
     bias = self.bias(x.shape[1], alibi)
     if cfg.is_mla:
-      return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask)
+      return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask,
+                                    dropout_key=key)
     kv = e if cfg.kv_from_input else h
     return self.attn.head_outputs(h, kv, positions=positions, bias=bias, mask=mask,
                                   dropout_key=key)

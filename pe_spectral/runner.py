@@ -3,9 +3,12 @@
 Workdir layout (everything a table or plot shows is read from these files):
 
 * ``config.json``   -- the full configuration (model, task, train, seeds, eval_every);
-* ``metrics.jsonl`` -- one JSON object per evaluation, per-seed values;
+* ``metrics.jsonl`` -- one JSON object per evaluation: step, examples seen
+  (per seed), per-seed values;
 * ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state;
-* ``summary.json``  -- final per-seed accuracies and their mean/std;
+* ``summary.json``  -- final per-seed accuracies and their mean/std, the
+  examples seen, whether each seed plateaued (``stats.plateau``) and the
+  device it ran on;
 * ``accuracy.png``  -- train/test accuracy curves (mean ± std over seeds).
 
 Rerunning the same command resumes from the last checkpoint and reproduces the
@@ -25,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral import plotting, tasks
+from pe_spectral import plotting, stats, tasks
 from pe_spectral.checkpoint import Checkpointer
 from pe_spectral.train import Trainer, seed_mesh
 
@@ -194,6 +197,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       dt = time.time() - t0
       elapsed += dt
       rec = {"step": step, "epoch": step / trainer.steps_per_epoch,
+             "examples_seen": step * rc.train.batch_size,  # per seed
              "train_loss": losses.mean(1).tolist(),
              "test_loss": np.asarray(test_loss).tolist(),
              "test_accuracy": np.asarray(test_acc).tolist(),
@@ -223,13 +227,20 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
 
   last = records[-1]
   test = np.asarray(last["test_accuracy"])
+  device = jax.devices()[0]
   summary = {
       "pe": rc.model.pe, "task": rc.task.name, "preset": rc.preset,
-      "faithful": rc.model.faithful, "rope_heads": rc.model.rope_heads,
+      "faithful": rc.model.faithful,
+      "rope_heads": rc.model.rope_heads if rc.model.pe == "partial_rope" else None,
       "seeds": list(seeds), "steps": total,
       "test_accuracy": test.tolist(), "test_accuracy_mean": float(test.mean()),
       "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,
       "train_accuracy": last["train_accuracy"],
+      "examples_seen": total * rc.train.batch_size,
+      "plateau": stats.plateau(records),
+      "backend": jax.default_backend(),
+      "device_kind": getattr(device, "device_kind", str(device)),
+      "num_devices": jax.device_count(),
       "wall_seconds": last["elapsed"],
       "session_wall_seconds": time.time() - t_start,
   }

@@ -30,7 +30,8 @@ def test_report_renders_from_fixture_workdirs(tmp_path):
   _fixture_run(str(runs), "count", "mla", "mla", [0.95, 0.96, 0.97])
   _fixture_run(str(runs), "distance", "rope-long", "rope", [0.99, 0.98, 0.97])
   from experiments import configs
-  train = dict(configs._TRAIN["smoke"], batch_size=64, epochs=8, steps=None)
+  train = dict(configs.train_settings("smoke", "rope", False), batch_size=64,
+               epochs=8, steps=None)
   with open(os.path.join(runs, "distance", "rope-long", "config.json"), "w") as f:
     json.dump({"run": {"train": train}}, f)
   dec = {"contraction_ratio_median": [[[0.5, 1.0]], [[0.7, 1.0]]],  # seeds, L, H

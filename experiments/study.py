@@ -1,0 +1,240 @@
+r"""The converged study: every run the pre-registered claims need, in one list.
+
+  python -m experiments.study --list                 # the plan, and what is done
+  python -m experiments.study                        # run what is missing, in order
+  python -m experiments.study --workers=8 --deadline_s=480   # GPU: 8 at a time
+
+Each entry is an ``experiments.sweep`` run (8 seeds, the same seeds and data
+for every PE, so runs pair seed by seed) followed by its head ablations. A run
+whose small outputs are already committed under ``--results`` is skipped, so
+the study continues across sessions and machines; a run interrupted here
+resumes from its checkpoint under ``runs/``. ``--collect`` copies each
+finished run's small files (config, summary, metrics curve, ablation JSON)
+into ``--results/<task>/<name>/`` -- never checkpoints.
+
+With ``--workers`` > 1 the runs go to that many processes at once (on a GPU
+the small models leave the device mostly idle, and compilation is CPU-bound);
+``--deadline_s`` stops starting runs after that many seconds and ends the
+running ones shortly after it, keeping what finished.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("list", False, "Print the plan and each run's state, then exit.")
+flags.DEFINE_bool("collect", True, "Copy finished runs' small files into --results.")
+flags.DEFINE_string("runs", "runs", "Where workdirs (with checkpoints) live.")
+flags.DEFINE_string("results", os.path.join("results", "runs"),
+                    "Where finished runs' small files are committed.")
+flags.DEFINE_integer("seeds", 8, "Seeds per run (the claims need >= 5).")
+flags.DEFINE_integer("workers", 1, "Runs at once.")
+flags.DEFINE_float("deadline_s", 0, "If > 0: start no run after this many seconds, "
+                   "and stop running ones at deadline + grace.")
+flags.DEFINE_float("grace_s", 60, "See --deadline_s.")
+flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run.")
+flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
+flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
+                    "check the machinery in seconds).")
+
+SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  priority: int      # 1 = most urgent
+  preset: str
+  task: str
+  pe: str
+  faithful: bool = False
+  rope_heads: Optional[int] = None
+  paper_ablation: bool = False  # also the paper-style ablation (all data, leak)
+
+  @property
+  def name(self) -> str:
+    n = self.pe
+    if self.rope_heads is not None:
+      n += f"-k{self.rope_heads}"
+    if self.faithful:
+      n += "-faithful"
+    return f"{n}-{self.preset}"
+
+  @property
+  def key(self) -> str:
+    return f"{self.task}/{self.name}"
+
+  def sweep_args(self, runs_root: str, seeds: int) -> list[str]:
+    args = [f"--preset={self.preset}", f"--task={self.task}", f"--pe={self.pe}",
+            f"--seeds={seeds}", f"--workdir={os.path.join(runs_root, self.key)}"]
+    if self.faithful:
+      args.append("--faithful")
+    if self.rope_heads is not None:
+      args.append(f"--rope_heads={self.rope_heads}")
+    return args
+
+
+def _entries() -> list[Entry]:
+  E = Entry
+  t1 = ["rope", "nope", "alibi", "sinusoidal", "learned", "relative",
+        "rope_sinusoidal", "mla"]
+  out = [E(1, "study", "distance", pe, paper_ablation=pe == "rope") for pe in t1]
+  out += [E(1, "study", "distance", "partial_rope", rope_heads=k) for k in (1, 2)]
+  out += [E(1, "study", "count", pe) for pe in
+          ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
+  out += [E(1, "deposit", "distance", pe, paper_ablation=True) for pe in
+          ("rope", "nope", "alibi", "mla")]
+  out += [E(2, "study", "distance", pe, faithful=True,
+            paper_ablation=pe == "rope_sinusoidal") for pe in
+          ("rope_sinusoidal", "rope", "nope", "mla", "alibi", "sinusoidal",
+           "learned", "relative")]
+  out.append(E(2, "study", "distance", "partial_rope", faithful=True, rope_heads=1))
+  out += [E(2, "study", "count", pe, faithful=True) for pe in
+          ("mla", "nope", "rope_sinusoidal", "rope", "sinusoidal")]
+  out += [E(3, "deposit", "distance", pe, faithful=True, paper_ablation=True)
+          for pe in ("rope_sinusoidal", "rope", "nope", "alibi", "mla")]
+  out.append(E(3, "deposit", "distance", "partial_rope", rope_heads=1,
+               paper_ablation=True))
+  out += [E(3, "study", "count", pe) for pe in ("alibi", "learned", "relative")]
+  return out
+
+
+PLAN = _entries()
+
+
+def committed(e: Entry, results: str) -> bool:
+  d = os.path.join(results, e.key)
+  return all(os.path.exists(os.path.join(d, f)) for f in
+             SMALL_FILES + ("ablation.json",))
+
+
+def collect(e: Entry, runs_root: str, results: str) -> bool:
+  """Copies a finished run's small files into ``results``; False if unfinished."""
+  src = os.path.join(runs_root, e.key)
+  if not os.path.exists(os.path.join(src, "summary.json")):
+    return False
+  dst = os.path.join(results, e.key)
+  os.makedirs(dst, exist_ok=True)
+  for f in sorted(os.listdir(src)):
+    if f in SMALL_FILES or (f.startswith("ablation") and f.endswith(".json")):
+      shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
+  return True
+
+
+def commands(e: Entry, runs_root: str, seeds: int) -> list[list[str]]:
+  py = [sys.executable, "-m"]
+  wd = os.path.join(runs_root, e.key)
+  cmds = [py + ["experiments.sweep"] + e.sweep_args(runs_root, seeds),
+          py + ["experiments.ablate", f"--workdir={wd}"]]
+  if e.paper_ablation:
+    cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all",
+                      "--leak", "--mask_chunk=8"])
+  return cmds
+
+
+def _log(msg: str) -> None:
+  print(f"[study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.seeds < 5:
+    print("error: --seeds must be >= 5 (the pre-registered tests need it)",
+          file=sys.stderr)
+    return 2
+  if FLAGS.workers < 1:
+    print("error: --workers must be >= 1", file=sys.stderr)
+    return 2
+  plan = [e for e in PLAN if e.priority <= FLAGS.priority_max]
+  if FLAGS.preset:
+    from experiments import configs
+    if FLAGS.preset not in configs.PRESET_NAMES:
+      print(f"error: unknown --preset {FLAGS.preset!r}", file=sys.stderr)
+      return 2
+    seen, swapped = set(), []
+    for e in plan:  # presets collapse: keep the first entry of each name
+      e = dataclasses.replace(e, preset=FLAGS.preset)
+      if e.key not in seen:
+        seen.add(e.key)
+        swapped.append(e)
+    plan = swapped
+  if FLAGS.only:
+    want = {w.strip() for w in FLAGS.only.split(",") if w.strip()}
+    unknown = want - {e.key for e in plan}
+    if unknown:
+      print(f"error: unknown --only entries {sorted(unknown)}; see --list",
+            file=sys.stderr)
+      return 2
+    plan = [e for e in plan if e.key in want]
+  todo = [e for e in plan if not committed(e, FLAGS.results)]
+  if FLAGS.list:
+    for e in plan:
+      state = "committed" if committed(e, FLAGS.results) else "to run"
+      print(f"P{e.priority}  {e.key:<44} {state}")
+    print(f"{len(plan) - len(todo)} of {len(plan)} committed")
+    return 0
+  t0 = time.time()
+  queue = list(todo)
+  running: dict = {}  # Entry -> (Popen, remaining commands, log file)
+  failed, finished, stopped = [], [], []
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  os.makedirs(os.path.join(FLAGS.runs, "logs"), exist_ok=True)
+
+  def start(e, cmds):
+    log = open(os.path.join(FLAGS.runs, "logs", e.key.replace("/", "__") + ".log"), "a")
+    log.write(f"$ {' '.join(cmds[0])}\n")
+    log.flush()
+    return subprocess.Popen(cmds[0], stdout=log, stderr=subprocess.STDOUT, env=env), \
+        cmds[1:], log
+
+  while queue or running:
+    late = FLAGS.deadline_s > 0 and time.time() - t0 > FLAGS.deadline_s
+    while queue and len(running) < FLAGS.workers and not late:
+      e = queue.pop(0)
+      _log(f"start {e.key}")
+      running[e] = start(e, commands(e, FLAGS.runs, FLAGS.seeds))
+    if late and queue:
+      _log(f"deadline: {len(queue)} run(s) not started")
+      queue.clear()
+    for e, (proc, rest, log) in list(running.items()):
+      rc = proc.poll()
+      if rc is None:
+        if (FLAGS.deadline_s > 0
+            and time.time() - t0 > FLAGS.deadline_s + FLAGS.grace_s):
+          proc.kill()
+          stopped.append(e.key)
+          _log(f"stopped {e.key} at the deadline")
+          log.close()
+          del running[e]
+        continue
+      if rc != 0:
+        _log(f"FAILED {e.key} (exit {rc}); see {log.name}")
+        failed.append(e.key)
+        log.close()
+        del running[e]
+      elif rest:
+        log.close()
+        running[e] = start(e, rest)
+      else:
+        log.close()
+        del running[e]
+        finished.append(e.key)
+        done = FLAGS.collect and collect(e, FLAGS.runs, FLAGS.results)
+        _log(f"done {e.key} ({time.time() - t0:.0f} s)"
+             + (" -> committed files" if done else ""))
+    time.sleep(0.5)
+  _log(f"{len(finished)} of {len(todo)} run(s) finished; failed: {failed or 'none'}; "
+       f"stopped at the deadline: {stopped or 'none'}; {time.time() - t0:.0f} s")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,155 @@
+"""Statistics for many-seed runs: convergence, bootstrap intervals, paired tests.
+
+Everything here is plain NumPy on small per-seed arrays (a run has a handful
+of seeds), deterministic (fixed resampling seed) so a report rebuilt from the
+same files prints the same numbers.
+
+* :func:`plateau` -- the convergence criterion a finished run is judged by;
+* :func:`bootstrap_mean_ci` -- percentile-bootstrap CI of a mean (no normality
+  assumption; it stays inside the data's range, so a bounded score such as
+  an accuracy or a deposit score gets an interval inside its bounds);
+* :func:`paired` -- the per-seed difference of two runs trained on the same
+  seeds (same initialisation keys, batch order and data), with its bootstrap CI
+  and an exact sign-flip permutation p-value;
+* :func:`verdict` -- the pre-registered decision rule for "A > B".
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
+           "paired", "sign_flip_pvalue", "verdict"]
+
+# The convergence criterion (docs/study.md): over every evaluation in the
+# last third of training (by examples seen), each seed's train accuracy stays
+# within 1 point of its final value. A cosine schedule decays to 0, so a
+# shorter window would pass trivially; at two thirds of training the learning
+# rate is still ~28 % of its peak.
+PLATEAU_FRAC = 1.0 / 3.0
+PLATEAU_TOL = 0.01
+
+_RESAMPLES = 10_000
+_RNG_SEED = 0
+
+
+def plateau(records: Sequence[dict], *, metric: str = "train_accuracy",
+            frac: float = PLATEAU_FRAC, tol: float = PLATEAU_TOL) -> dict:
+  """Judges whether a run had plateaued, per seed.
+
+  Args:
+    records: the run's evaluations (``metrics.jsonl`` rows) in step order;
+      each has ``step`` and ``metric`` (a per-seed list), and optionally
+      ``examples_seen`` (defaults to ``step``: the window is a fraction of
+      training either way).
+    metric: the per-seed accuracy judged.
+    frac: the final fraction of training that forms the window.
+    tol: the largest allowed distance from the final value (accuracy units).
+
+  Returns:
+    ``{"metric", "frac", "tol", "window_start", "evaluations", "max_dev"
+    (per seed), "per_seed" (bools), "all" (bool), "criterion" (text)}``.
+    A window holding fewer than 2 evaluations cannot show a plateau: every
+    seed is then judged not plateaued.
+  """
+  if not records:
+    raise ValueError("plateau: no evaluations")
+  if not 0.0 < frac <= 1.0 or tol < 0:
+    raise ValueError(f"plateau: need 0 < frac <= 1 and tol >= 0, got {frac}, {tol}")
+  seen = np.asarray([r.get("examples_seen", r["step"]) for r in records], float)
+  vals = np.asarray([r[metric] for r in records], float)  # [evals, seeds]
+  start = (1.0 - frac) * seen[-1]
+  window = vals[seen >= start - 1e-9]
+  dev = np.abs(window - vals[-1]).max(axis=0)
+  ok = (dev <= tol + 1e-12) & (window.shape[0] >= 2)
+  return {"metric": metric, "frac": frac, "tol": tol,
+          "window_start": float(start), "evaluations": int(window.shape[0]),
+          "max_dev": dev.tolist(), "per_seed": ok.tolist(), "all": bool(ok.all()),
+          "criterion": (f"{metric} within {100 * tol:g} point(s) of its final value "
+                        f"at every evaluation of the last {frac:.0%} of training")}
+
+
+def bootstrap_mean_ci(x, *, level: float = 0.95,
+                      resamples: int = _RESAMPLES) -> tuple[float, float, float]:
+  """``(mean, lo, hi)``: the mean and its percentile-bootstrap CI.
+
+  Deterministic (fixed resampling seed). One value gives ``lo = hi = mean``.
+  """
+  x = np.asarray(x, float).ravel()
+  if x.size == 0 or not np.isfinite(x).all():
+    raise ValueError("bootstrap_mean_ci needs finite values")
+  m = float(x.mean())
+  if x.size == 1:
+    return m, m, m
+  rng = np.random.default_rng(_RNG_SEED)
+  idx = rng.integers(0, x.size, size=(resamples, x.size))
+  means = x[idx].mean(axis=1)
+  a = (1.0 - level) / 2
+  lo, hi = np.quantile(means, [a, 1 - a])
+  return m, float(lo), float(hi)
+
+
+def sign_flip_pvalue(d) -> float:
+  """Exact two-sided sign-flip permutation p-value for mean(d) = 0.
+
+  Under the null each per-seed difference is as likely negative as positive;
+  all 2^n sign patterns are enumerated (n <= 20).
+  """
+  d = np.asarray(d, float).ravel()
+  n = d.size
+  if n == 0 or n > 20:
+    raise ValueError(f"sign_flip_pvalue needs 1..20 values, got {n}")
+  obs = abs(d.mean())
+  signs = np.asarray(list(itertools.product((1.0, -1.0), repeat=n)))
+  stats = np.abs(signs @ d) / n
+  return float(np.mean(stats >= obs - 1e-12))
+
+
+def paired(a, b, *, seeds_a: Optional[Sequence[int]] = None,
+           seeds_b: Optional[Sequence[int]] = None, level: float = 0.95) -> dict:
+  """The per-seed difference ``a - b`` of two runs on the same seeds.
+
+  With ``seeds_a``/``seeds_b`` given, the runs are matched on their common
+  seeds (a run trained on other seeds cannot be paired: ValueError).
+
+  Returns ``{"n", "seeds", "diff" (per seed), "mean", "lo", "hi" (bootstrap
+  CI of the mean difference), "wins" (seeds with a > b), "p" (exact
+  sign-flip p-value)}``.
+  """
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  if seeds_a is not None or seeds_b is not None:
+    if seeds_a is None or seeds_b is None:
+      raise ValueError("give the seeds of both runs or of neither")
+    common = [s for s in seeds_a if s in set(seeds_b)]
+    if not common:
+      raise ValueError("the runs share no seed: they cannot be paired")
+    ia = {s: i for i, s in enumerate(seeds_a)}
+    ib = {s: i for i, s in enumerate(seeds_b)}
+    a = a[[ia[s] for s in common]]
+    b = b[[ib[s] for s in common]]
+    seeds = list(common)
+  else:
+    if a.shape != b.shape:
+      raise ValueError(f"paired runs need equal seed counts, got {a.shape} and {b.shape}")
+    seeds = list(range(a.size))
+  d = a - b
+  mean, lo, hi = bootstrap_mean_ci(d, level=level)
+  return {"n": int(d.size), "seeds": seeds, "diff": d.tolist(), "mean": mean,
+          "lo": lo, "hi": hi, "wins": int((d > 0).sum()),
+          "p": sign_flip_pvalue(d)}
+
+
+def verdict(p: dict, *, margin: float = 0.0) -> str:
+  """The pre-registered rule for the claim "A > B" from ``paired(A, B)``.
+
+  ``reproduced`` if the CI of the mean difference lies above ``margin``;
+  ``refuted`` if it lies below ``margin`` -- i.e. the data exclude A beating
+  B by more than the margin (for margin 0: B >= A); else ``inconclusive``.
+  """
+  if p["lo"] > margin:
+    return "reproduced"
+  if p["hi"] < margin:
+    return "refuted"
+  return "inconclusive"
