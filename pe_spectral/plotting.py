@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["accuracy_curves"]
+__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed"]
 
 
 def _band(ax, x, per_seed, label, color):
@@ -147,31 +147,6 @@ def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
   plt.close(fig)
 
 
-def accuracy_bars(names, means, cis, per_seed, paper, path: str, title: str = "") -> None:
-  """Horizontal bars (mean ± CI) with per-seed dots and the paper's number as a cross."""
-  k = len(names)
-  fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.32 * k), dpi=110)
-  y = np.arange(k)
-  ax.barh(y, means, xerr=cis, color="tab:blue", alpha=0.6, capsize=3)
-  for i, pts in enumerate(per_seed):
-    ax.plot(pts, np.full(len(pts), i), "k.", ms=3)
-  px = [(i, p) for i, p in enumerate(paper) if p is not None]
-  if px:
-    ax.plot([p for _, p in px], [i for i, _ in px], "rx", ms=7,
-            label="paper (its preset, 1 seed)")
-    ax.legend(fontsize=7, loc="lower right")
-  ax.set_yticks(y)
-  ax.set_yticklabels(names, fontsize=8)
-  ax.invert_yaxis()
-  ax.set_xlim(0, 100)
-  ax.set_xlabel("test accuracy (%)")
-  ax.set_title(title, fontsize=8)
-  ax.grid(axis="x", alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
-
-
 def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
   """Left: layers × heads median contraction ratio (mean over seeds), deposit heads
   boxed; right: distribution over examples (all seeds) per layer/head."""
@@ -234,5 +209,74 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
   a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
   fig.suptitle(title + " — medians over probe examples, mean over seeds", fontsize=9)
   fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def learning_curves(curves: list[dict], path: str, title: str = "", *,
+                    metric: str = "test_accuracy", paper_examples=None) -> None:
+  """Accuracy against examples seen (log x), one line per run, band = min..max
+  over seeds, line = mean; ``paper_examples`` (per model) is drawn as a
+  dashed vertical line.
+
+  ``curves``: dicts with ``label`` and ``records`` (``metrics.jsonl`` rows
+  holding ``examples_seen`` and the per-seed ``metric``).
+  """
+  if not curves:
+    return
+  fig, ax = plt.subplots(figsize=(9.0, 4.2), dpi=110)
+  colors = plt.cm.tab10.colors + plt.cm.Dark2.colors
+  for i, c in enumerate(curves):
+    recs = c["records"]
+    x = np.asarray([r.get("examples_seen", r["step"]) for r in recs], float)
+    a = np.asarray([r[metric] for r in recs], float) * 100.0  # [evals, seeds]
+    col = colors[i % len(colors)]
+    ax.plot(x, a.mean(1), color=col, lw=1.4, label=c["label"],
+            ls="--" if c.get("dashed") else "-")
+    ax.fill_between(x, a.min(1), a.max(1), color=col, alpha=0.12, lw=0)
+  if paper_examples:
+    ax.axvline(paper_examples, color="k", ls=":", lw=1)
+    ax.text(paper_examples, 2, " paper's budget", fontsize=7, rotation=90,
+            va="bottom", ha="right")
+  ax.set_xscale("log")
+  ax.set_xlabel("training examples seen per model (log scale)")
+  ax.set_ylabel(metric.replace("_", " ") + " (%)")
+  ax.set_ylim(0, 100)
+  ax.grid(alpha=0.3, which="both")
+  ax.set_title(title + " (line: mean over seeds; band: min..max)", fontsize=9)
+  ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def ablation_per_seed(drop, seeds, path: str, title: str = "") -> None:
+  """One layers × heads heatmap of the accuracy drop (points) per seed, on a
+  shared colour scale; the largest drop of each layer is annotated."""
+  d = np.asarray(drop, float) * 100.0  # [seeds, layers, heads]
+  n, layers, heads = d.shape
+  cols = min(n, 4)
+  rows = -(-n // cols)
+  fig, axes = plt.subplots(rows, cols, squeeze=False, dpi=110, layout="constrained",
+                           figsize=(1.0 + cols * (0.9 + 0.32 * heads),
+                                    0.6 + rows * (0.8 + 0.32 * layers)))
+  vmax = max(float(np.abs(d).max()), 1e-9)
+  for i in range(rows * cols):
+    ax = axes[i // cols][i % cols]
+    if i >= n:
+      ax.axis("off")
+      continue
+    im = ax.imshow(d[i], cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+    for l in range(layers):
+      h = int(np.argmax(d[i, l]))
+      ax.text(h, l, f"{d[i, l, h]:.0f}", ha="center", va="center", fontsize=6,
+              color="white" if abs(d[i, l, h]) > 0.5 * vmax else "black")
+    ax.set_title(f"seed {seeds[i]}", fontsize=7)
+    ax.set_xticks(range(heads))
+    ax.set_yticks(range(layers))
+    ax.tick_params(labelsize=6)
+  fig.suptitle(title + " — accuracy drop (points) per seed; rows = layers, "
+               "columns = heads", fontsize=8)
+  fig.colorbar(im, ax=axes, shrink=0.7, label="drop (points)")
   fig.savefig(path)
   plt.close(fig)

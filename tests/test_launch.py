@@ -6,7 +6,8 @@ import subprocess
 import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch"]
+SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
+           "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh"]
 
 
 def _run(*args):
@@ -48,7 +49,22 @@ def test_slurm_dry_run():
                                 "--distributed --preset=paper --pe=rope --seeds=8")
 
 
+def test_study_launchers_dry_run():
+  out = _run("launch/study_gpu.sh", "--dry_run", "600", "4", "/tmp/o")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert "--preset=smoke" in lines[1] and "--seed_group=1" in lines[2]
+  assert lines[3].endswith("-m experiments.study --workers=4 --deadline_s=540 --grace_s=30")
+  assert lines[4] == "tar czf /tmp/o/study.tgz results/runs runs/logs"
+  out = _run("launch/reproduce_cpu.sh", "--dry_run", "--seeds", "5")
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip().splitlines() == [
+      "python -m experiments.study --seeds=5 --workers=1", "python -m experiments.report"]
+
+
 @pytest.mark.parametrize("args", [
+    ["launch/study_gpu.sh", "--dry_run", "x"],
+    ["launch/study_gpu.sh", "--dry_run", "600", "0"],
     ["launch/gpu.sh", "--dry_run", "rope", "x"],
     ["launch/gpu.sh", "--dry_run", "rope"],
     ["launch/local.sh", "--dry_run", "--seeds", "0"],
