@@ -1,6 +1,6 @@
 """The user's alternative: the paper's model and training step in PyTorch, eager, one seed.
 
-Follows PROTOCOL.md §2.1/§3 (trans.py): K/V from the input embeddings in every
+Follows the paper's trans.py (docs/protocol.md): K/V from the input embeddings in every
 layer, q from LN1(x), RoPE (interleaved pairs) on all heads for 'rope', no
 padding mask, attention dropout + output dropout + FFN dropout 0.1, ReLU FFN,
 no final LN, mean pool over all positions, Linear(d, vocab); AdamW(lr 1e-4,

@@ -54,7 +54,7 @@ def main(argv):
            for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
   alibi_ratio = None
   if rc.model.spec.bias == "alibi" and not rc.model.causal:
-    # SPECTRAL.md: spread(S(B)) = 0.5500506 m n^2 + O(m) for the symmetric ALiBi
+    # docs/spectral.md: spread(S(B)) = 0.5500506 m n^2 + O(m) for the symmetric ALiBi
     # bias of slope m on n tokens; n = each example's real (unpadded) length.
     from pe_spectral.model import PAD_ID, alibi_slopes
     slopes = np.asarray(alibi_slopes(rc.model))

@@ -154,7 +154,7 @@ def _mask_heads(out: jax.Array, head_mask: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------
-# Initialisers (PyTorch defaults; see PROTOCOL.md "Porting notes").
+# Initialisers (PyTorch defaults; docs/protocol.md).
 # ----------------------------------------------------------------------------
 
 def torch_linear_init(fan_in: int):
@@ -226,7 +226,7 @@ def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
   Its cache row for position p is ``[sin(p theta_0..) | cos(p theta_0..)]`` and
   the code reads the even columns as sines and the odd columns as cosines, so
   the sine and cosine of one pair come from different frequencies. It is not
-  a rotation (norms change; scores are not relative). See PROTOCOL.md §2.3.
+  a rotation (norms change; scores are not relative). See docs/protocol.md.
   """
   d = x.shape[-1]
   angles = positional.rope_angles(positions, d, base)  # [..., d/2]

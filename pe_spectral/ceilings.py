@@ -5,7 +5,7 @@
   exact posterior over the admissible parses under the generator (uniform
   segment lengths, each segment a uniform draw without replacement, the
   right segment possibly cut) and returns the expected accuracy of the MAP
-  label. PROTOCOL.md §1.2 measured ≈ 97.5% at the paper's sizes.
+  label: ≈ 97.5% on the paper preset's data.
 * **Permutation-invariant ceiling**: a model that sees only the bag of tokens
   can use at most (length, #A, #B); :func:`bag_of_tokens_accuracy` is the
   in-sample majority accuracy given those statistics (≈ 6.9% at paper sizes).

@@ -3,7 +3,7 @@
 For a checkpoint and a batch of real inputs, per seed, layer and head:
 
 * ``logits``: the pre-softmax logits ``L`` (scaled, bias added), and the
-  softmax-invariant row-centred form (SPECTRAL.md §0);
+  softmax-invariant row-centred form (docs/spectral.md);
 * **additive terms** on the *unrotated* queries/keys: the layer input is split
   as ``h = h_c + h_p`` where ``h_c`` is what the layer sees when the model runs
   with its input positional table removed (the content-only counterpart) and

@@ -6,7 +6,7 @@ Two modes (``ModelConfig.faithful``):
 
 * **clean** (default): standard pre-LN self-attention; padding keys masked;
   final LayerNorm; mean pool over real tokens; standard ALiBi slopes.
-* **faithful**: the paper's code (PROTOCOL.md §2, §5): keys/values of every
+* **faithful**: the paper's code (docs/protocol.md): keys/values of every
   layer are computed from the input embeddings (only queries see the residual
   stream), padding is not masked anywhere, no final LayerNorm, mean over all
   positions, ALiBi slopes ``exp(-h/H)``, and 'mla' is the paper's MLA model

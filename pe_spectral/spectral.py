@@ -4,14 +4,14 @@ Everything is a pure ``jax.numpy`` function: no Python branching on traced
 values, shape-defining arguments static, leading batch axes and ``jax.vmap``
 supported, float32/complex64 by default and float64 when x64 is enabled.
 The mathematics (statements, proofs, oracles, float32 tolerances) is in
-SPECTRAL.md; section numbers below refer to it.
+docs/spectral.md; the section names below refer to it.
 
 Conventions. ``T = [t_{i-j}]``; the canonical array is ``coeffs`` of length
 ``2n-1`` with ``coeffs[k + n - 1] = t_k``, ``k = -(n-1) .. n-1``. The first
 column is ``(t_0, .., t_{n-1})``, the first row ``(t_0, t_{-1}, ..)`` (as
 ``scipy.linalg.toeplitz(c, r)``). Eigenvalues are returned in ascending order.
 
-What the bounds do and do not say (SPECTRAL.md §2, §8):
+What the bounds do and do not say (docs/spectral.md, "Hadamard products and RoPE"):
 
 * A Hadamard product with a correlation matrix ``C`` (PSD, unit diagonal)
   *contracts* the spectrum in the majorisation sense: ``λ(A∘C) ≺ λ(A)``.
@@ -70,7 +70,7 @@ def _complex_dtype(x):
 
 
 # ----------------------------------------------------------------------------
-# Toeplitz core (§1)
+# Toeplitz core (docs/spectral.md, "Toeplitz bounds")
 # ----------------------------------------------------------------------------
 
 def toeplitz_coeffs(first_col, first_row=None):
@@ -106,7 +106,7 @@ def _check_points(n: int, num_points: int) -> int:
   if num_points < 2 * n - 1:
     raise ValueError(
         f"num_points={num_points} < 2n-1={2 * n - 1}: the circulant embedding "
-        f"would alias coefficients (SPECTRAL.md §1.2)")
+        f"would alias coefficients (docs/spectral.md, circulant enclosure)")
   return num_points
 
 
@@ -146,7 +146,7 @@ def make_toeplitz_matvec(first_col, first_row=None, *,
 
 
 def toeplitz_matvec(first_col, x, first_row=None, *, num_points: Optional[int] = None):
-  """``T @ x`` in O(M log M) by circulant embedding (§1.6); works for non-Hermitian T.
+  """``T @ x`` in O(M log M) by circulant embedding; works for non-Hermitian T.
 
   Args:
     first_col, first_row: as :func:`toeplitz` (``first_row=None``: Hermitian).
@@ -249,7 +249,7 @@ def gershgorin_bounds(a):
 
 
 # ----------------------------------------------------------------------------
-# Krylov inner bounds (§1.7)
+# Krylov inner bounds
 # ----------------------------------------------------------------------------
 
 def _vdot(a, b):
@@ -328,7 +328,7 @@ def lanczos_ritz(matvec: Callable, v0, num_steps: int):
 
 
 # ----------------------------------------------------------------------------
-# Hadamard (Schur) and Weyl bounds (§2.1, §3.1)
+# Hadamard (Schur) and Weyl bounds
 # ----------------------------------------------------------------------------
 
 def hadamard_bounds(lam_min_a, lam_max_a, diag_c):
@@ -371,7 +371,7 @@ def spread_bounds(spread_a, spread_b):
 
 
 # ----------------------------------------------------------------------------
-# RoPE (§2.3-2.5)
+# RoPE
 # ----------------------------------------------------------------------------
 
 def rope_frequencies(d: int, base: float = 10000.0, dtype=jnp.float32):
@@ -383,7 +383,7 @@ def rope_toeplitz(n: int, theta, dtype=jnp.complex64):
   """``G[m, k] = exp(i (m - k) θ)`` with leading batch axes of ``theta``.
 
   A rank-one correlation matrix ``u u*`` (``u_m = e^{imθ}``): ``A∘G`` is a
-  unitary similarity of ``A`` and keeps its spectrum exactly (§2.3).
+  unitary similarity of ``A`` and keeps its spectrum exactly.
   """
   theta = jnp.asarray(theta)
   diff = (jnp.arange(n, dtype=jnp.int32)[:, None]
@@ -463,7 +463,7 @@ def rope_envelope(q, k, pairing: str = "interleaved"):
 
 
 # ----------------------------------------------------------------------------
-# Additive PEs (§3)
+# Additive PEs
 # ----------------------------------------------------------------------------
 
 def alibi_toeplitz(n: int, slope, causal: bool = False):
@@ -501,7 +501,7 @@ def alibi_extreme_eigs(n: int, slope):
 
 def t5_bias_coeffs(n: int, bucket_values, bidirectional: bool = True,
                    max_distance: int = 128):
-  """Toeplitz coefficients ``t_k = β[bucket(-k)]`` of a T5 relative bias (§3.4).
+  """Toeplitz coefficients ``t_k = β[bucket(-k)]`` of a T5 relative bias.
 
   ``rel = key_pos - query_pos = -k``; ``bucket_values`` is ``[..., num_buckets]``.
   Same bucketing as ``positional.relative_position_bucket`` (the model's).
@@ -520,7 +520,7 @@ def sinusoidal_pe(n: int, d: int, base: float = 10000.0):
 
 
 def sinusoidal_gram_coeffs(n: int, d: int, base: float = 10000.0):
-  """``t_k = Σ_j cos(k ω_j)``: coefficients of the Toeplitz Gram ``P Pᵀ`` (§3.5)."""
+  """``t_k = Σ_j cos(k ω_j)``: coefficients of the Toeplitz Gram ``P Pᵀ``."""
   if d % 2:
     raise ValueError("sinusoidal_gram_coeffs needs an even d")
   k = jnp.arange(-(n - 1), n, dtype=jnp.int32)
@@ -534,7 +534,7 @@ def sinusoidal_gram(n: int, d: int, base: float = 10000.0):
 
 
 # ----------------------------------------------------------------------------
-# Measures and helpers (§6.4)
+# Measures and helpers
 # ----------------------------------------------------------------------------
 
 def spectral_spread(eigs):
@@ -601,7 +601,7 @@ def row_center(logits, mask=None):
   """Subtracts each row's mean over allowed entries (softmax-invariant representative).
 
   Masked entries are set to 0. Singular values of the result do not change
-  under ``L -> L + r 1ᵀ`` (SPECTRAL.md §0).
+  under ``L -> L + r 1ᵀ`` (docs/spectral.md, conventions).
   """
   logits = jnp.asarray(logits)
   if mask is None:

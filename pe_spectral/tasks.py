@@ -9,7 +9,7 @@
   fillers (with replacement), shuffled; label = k.
 
 The vocabulary is integer ids ``1..vocab_size-1`` (a word-level stand-in for
-the paper's 574-entry tokenizer; PROTOCOL.md §1.1), 0 is padding. Triggers are
+the paper's 574-entry tokenizer; docs/protocol.md), 0 is padding. Triggers are
 fixed by ``data_seed``; the dataset and its 70/30 split too.
 """
 from __future__ import annotations

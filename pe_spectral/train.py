@@ -14,7 +14,7 @@ Loss/accuracy rules (``LabelRule``):
   example counts;
 * faithful (paper): the head has ``vocab_size`` outputs, class = raw label,
   examples with label 0 are ignored in loss and accuracy -- except the paper's
-  MLA script, which counts them (PROTOCOL.md §2.3, §3).
+  MLA script, which counts them (docs/protocol.md).
 """
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ def test_head_mask_all_ones_is_identity_and_zero_changes_output():
 
 
 def test_paper_parameter_counts():
-  """Parameter counts of the paper's PyTorch models (PROTOCOL.md §2)."""
+  """Parameter counts of the paper's PyTorch models (docs/protocol.md)."""
   want = {"nope": 3457086, "rope_sinusoidal": 3457086, "relative": 3481566,
           "learned": 3489854, "mla": 3324478}
   for pe, n in want.items():

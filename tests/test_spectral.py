@@ -1,4 +1,4 @@
-"""Spectral module vs float64 NumPy/SciPy oracles (SPECTRAL.md §6–7)."""
+"""Spectral module vs float64 NumPy/SciPy oracles (tolerances: docs/spectral.md)."""
 import functools
 import math
 
