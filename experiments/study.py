@@ -143,6 +143,70 @@ def _log(msg: str) -> None:
   print(f"[study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def run_plan(entries, commands_of, *, log_dir: str, workers: int = 1,
+             deadline_s: float = 0.0, grace_s: float = 60.0, on_done=None,
+             poll_s: float = 0.5):
+  """Runs each entry's command list (one after another) in ``workers``
+  processes at once; a failing command ends its entry.
+
+  With ``deadline_s`` > 0 no entry starts after ``deadline_s`` seconds and
+  running ones are killed at ``deadline_s + grace_s`` (their checkpoints stay;
+  a rerun resumes them). ``on_done(entry)`` runs for each finished entry.
+  Returns the keys ``(finished, failed, stopped)``.
+  """
+  t0 = time.time()
+  queue = list(entries)
+  running: dict = {}  # Entry -> (Popen, remaining commands, log file)
+  finished, failed, stopped = [], [], []
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  os.makedirs(log_dir, exist_ok=True)
+
+  def start(e, cmds):
+    log = open(os.path.join(log_dir, e.key.replace("/", "__") + ".log"), "a")
+    log.write(f"$ {' '.join(cmds[0])}\n")
+    log.flush()
+    proc = subprocess.Popen(cmds[0], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, cmds[1:], log
+
+  while queue or running:
+    late = deadline_s > 0 and time.time() - t0 > deadline_s
+    while queue and len(running) < workers and not late:
+      e = queue.pop(0)
+      _log(f"start {e.key}")
+      running[e] = start(e, commands_of(e))
+    if late and queue:
+      _log(f"deadline: {len(queue)} run(s) not started")
+      queue.clear()
+    for e, (proc, rest, log) in list(running.items()):
+      rc = proc.poll()
+      if rc is None:
+        if deadline_s > 0 and time.time() - t0 > deadline_s + grace_s:
+          proc.kill()
+          proc.wait()
+          stopped.append(e.key)
+          _log(f"stopped {e.key} at the deadline (rerun to resume it)")
+          log.close()
+          del running[e]
+        continue
+      log.close()
+      del running[e]
+      if rc != 0:
+        _log(f"FAILED {e.key} (exit {rc}); see {log.name}")
+        failed.append(e.key)
+      elif rest:
+        running[e] = start(e, rest)
+      else:
+        finished.append(e.key)
+        done = on_done(e) if on_done else False
+        _log(f"done {e.key} ({time.time() - t0:.0f} s)"
+             + (" -> committed files" if done else ""))
+    if queue or running:
+      time.sleep(poll_s)
+  _log(f"{len(finished)} of {len(entries)} run(s) finished; failed: {failed or 'none'}; "
+       f"stopped at the deadline: {stopped or 'none'}; {time.time() - t0:.0f} s")
+  return finished, failed, stopped
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -181,58 +245,11 @@ def main(argv):
       print(f"P{e.priority}  {e.key:<44} {state}")
     print(f"{len(plan) - len(todo)} of {len(plan)} committed")
     return 0
-  t0 = time.time()
-  queue = list(todo)
-  running: dict = {}  # Entry -> (Popen, remaining commands, log file)
-  failed, finished, stopped = [], [], []
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
-  os.makedirs(os.path.join(FLAGS.runs, "logs"), exist_ok=True)
-
-  def start(e, cmds):
-    log = open(os.path.join(FLAGS.runs, "logs", e.key.replace("/", "__") + ".log"), "a")
-    log.write(f"$ {' '.join(cmds[0])}\n")
-    log.flush()
-    return subprocess.Popen(cmds[0], stdout=log, stderr=subprocess.STDOUT, env=env), \
-        cmds[1:], log
-
-  while queue or running:
-    late = FLAGS.deadline_s > 0 and time.time() - t0 > FLAGS.deadline_s
-    while queue and len(running) < FLAGS.workers and not late:
-      e = queue.pop(0)
-      _log(f"start {e.key}")
-      running[e] = start(e, commands(e, FLAGS.runs, FLAGS.seeds))
-    if late and queue:
-      _log(f"deadline: {len(queue)} run(s) not started")
-      queue.clear()
-    for e, (proc, rest, log) in list(running.items()):
-      rc = proc.poll()
-      if rc is None:
-        if (FLAGS.deadline_s > 0
-            and time.time() - t0 > FLAGS.deadline_s + FLAGS.grace_s):
-          proc.kill()
-          stopped.append(e.key)
-          _log(f"stopped {e.key} at the deadline")
-          log.close()
-          del running[e]
-        continue
-      if rc != 0:
-        _log(f"FAILED {e.key} (exit {rc}); see {log.name}")
-        failed.append(e.key)
-        log.close()
-        del running[e]
-      elif rest:
-        log.close()
-        running[e] = start(e, rest)
-      else:
-        log.close()
-        del running[e]
-        finished.append(e.key)
-        done = FLAGS.collect and collect(e, FLAGS.runs, FLAGS.results)
-        _log(f"done {e.key} ({time.time() - t0:.0f} s)"
-             + (" -> committed files" if done else ""))
-    time.sleep(0.5)
-  _log(f"{len(finished)} of {len(todo)} run(s) finished; failed: {failed or 'none'}; "
-       f"stopped at the deadline: {stopped or 'none'}; {time.time() - t0:.0f} s")
+  on_done = (lambda e: collect(e, FLAGS.runs, FLAGS.results)) if FLAGS.collect else None
+  _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds),
+                          log_dir=os.path.join(FLAGS.runs, "logs"), workers=FLAGS.workers,
+                          deadline_s=FLAGS.deadline_s, grace_s=FLAGS.grace_s,
+                          on_done=on_done)
   return 1 if failed else 0
 
 

@@ -1,0 +1,81 @@
+"""The study driver: plan, skipping committed runs, collecting, parallel runs with a deadline."""
+
+import os
+import subprocess
+import sys
+
+from experiments import study
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _py(code):
+  return [sys.executable, "-c", code]
+
+
+def test_plan_is_paired_and_complete():
+  keys = [e.key for e in study.PLAN]
+  assert len(keys) == len(set(keys))
+  # every claim has its runs: both modes of Task 1/2 references and the deposit set
+  for key in ("distance/rope-study", "distance/rope_sinusoidal-faithful-study",
+              "distance/partial_rope-k1-study", "distance/partial_rope-k1-faithful-study",
+              "count/mla-study", "count/nope-study", "count/rope-study",
+              "count/rope_sinusoidal-faithful-study", "distance/rope-deposit",
+              "distance/nope-deposit", "distance/alibi-deposit", "distance/mla-deposit"):
+    assert key in keys, key
+  e = next(e for e in study.PLAN if e.key == "distance/partial_rope-k1-faithful-study")
+  args = e.sweep_args("R", 8)
+  assert "--faithful" in args and "--rope_heads=1" in args and "--seeds=8" in args
+  assert "--workdir=R/distance/partial_rope-k1-faithful-study" in args
+
+
+def test_collect_copies_small_files_only(tmp_path):
+  e = study.Entry(1, "study", "distance", "rope")
+  wd = tmp_path / "runs" / "distance" / "rope-study"
+  (wd / "ckpt" / "100").mkdir(parents=True)
+  assert not study.collect(e, str(tmp_path / "runs"), str(tmp_path / "res"))  # unfinished
+  for f in ("config.json", "summary.json", "metrics.jsonl", "ablation.json",
+            "ablation-leak-all.json", "accuracy.png"):
+    (wd / f).write_text("{}")
+  assert not study.committed(e, str(tmp_path / "res"))
+  assert study.collect(e, str(tmp_path / "runs"), str(tmp_path / "res"))
+  got = sorted(os.listdir(tmp_path / "res" / "distance" / "rope-study"))
+  assert got == ["ablation-leak-all.json", "ablation.json", "config.json",
+                 "metrics.jsonl", "summary.json"]
+  assert study.committed(e, str(tmp_path / "res"))
+
+
+def test_run_plan_order_failure_and_deadline(tmp_path):
+  entries = [study.Entry(1, "study", "distance", pe) for pe in ("rope", "nope", "alibi")]
+  out = tmp_path / "out.txt"
+  cmds = {
+      # two commands, run one after another
+      "distance/rope-study": [_py(f"open({str(out)!r}, 'a').write('a')"),
+                              _py(f"open({str(out)!r}, 'a').write('b')")],
+      "distance/nope-study": [_py("raise SystemExit(3)"), _py("print('never')")],
+      "distance/alibi-study": [_py("import time; time.sleep(60)")],
+  }
+  done = []
+  finished, failed, stopped = study.run_plan(
+      entries, lambda e: cmds[e.key], log_dir=str(tmp_path / "logs"), workers=3,
+      deadline_s=2.0, grace_s=1.0, on_done=done.append, poll_s=0.05)
+  assert finished == ["distance/rope-study"] and out.read_text() == "ab"
+  assert failed == ["distance/nope-study"]
+  assert stopped == ["distance/alibi-study"]
+  assert [e.key for e in done] == ["distance/rope-study"]
+  assert "never" not in (tmp_path / "logs" / "distance__nope-study.log").read_text()
+
+
+def test_list_and_bad_flags(tmp_path):
+  res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+                        f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  lines = res.stdout.strip().splitlines()
+  assert lines[-1] == f"0 of {len(study.PLAN)} committed"
+  assert lines[0].split()[:3] == ["P1", "distance/rope-study", "to"]
+  for bad in (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"]):
+    res = subprocess.run([sys.executable, "-m", "experiments.study", *bad,
+                          f"--results={tmp_path}"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and res.stderr.startswith("error:"), (bad, res.stderr)
+
