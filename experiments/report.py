@@ -36,7 +36,7 @@ flags.DEFINE_string("out", "RESULTS.md", "Markdown file to write.")
 flags.DEFINE_string("figdir", "results", "Directory for the report's figures.")
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
 
-# The paper's reported test accuracies (PROTOCOL.md §8): faithful mode,
+# The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
 PAPER = {
     ("distance", "rope_sinusoidal", None): 92.64,
@@ -140,7 +140,7 @@ def spectra_section(runs) -> list[str]:
           f"{nob[l].mean():.2f} |")
   alibi = [r for r in rows if "alibi_bias_spread_over_asymptotic_median" in r["decompose"]]
   if alibi:
-    lines += ["", "ALiBi's bias against its asymptotic spread (SPECTRAL.md: spread(S(B)) = "
+    lines += ["", "ALiBi's bias against its asymptotic spread (docs/spectral.md: spread(S(B)) = "
               "0.5500506·m·n² + O(m), slope m, n = the example's real length): the ratio per "
               "head, median over examples, mean over seeds and layers.", "",
               "| task | mode | ratio per head |", "|---|---|---|"]
@@ -179,6 +179,7 @@ PAPER_EXAMPLES = {"distance": 7_000_000, "count": 3_500_000}
 PAPER_MLA_FACTOR = 1.5
 STUDY_PRESET = "study"
 DEPOSIT_PRESET = "deposit"
+LONG_PRESET = "long"  # the study with 3.3x the budget, for groups that had not converged
 # A run counts as converged when at least this fraction of its seeds plateaued
 # (stats.plateau); comparisons with an unconverged run are inconclusive.
 CONVERGED_FRAC = 2.0 / 3.0
@@ -266,6 +267,13 @@ def deposit_rule(ablation: dict) -> dict:
           "layer": [int(b) if h else None for b, h in zip(best, per_seed)]}
 
 
+def claim_preset(runs, task, ref_pe, faithful) -> str:
+  """``long`` where the claim's reference run exists at the long budget, else ``study``."""
+  if find(runs, task, ref_pe, preset=LONG_PRESET, faithful=faithful) is not None:
+    return LONG_PRESET
+  return STUDY_PRESET
+
+
 def claims(runs) -> list[dict]:
   """The pre-registered claims (docs/study.md), each with its evidence and verdict."""
   out = []
@@ -273,22 +281,23 @@ def claims(runs) -> list[dict]:
   for faithful in (False, True):
     mode = "faithful" if faithful else "clean"
     ref_pe = "rope_sinusoidal" if faithful else "rope"
-    ref = find(runs, T1, ref_pe, preset=STUDY_PRESET, faithful=faithful)
+    P1 = claim_preset(runs, T1, ref_pe, faithful)
+    ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
     rows = []
     if ref is not None:
-      others = [r for r in runs if r["task"] == T1 and r["preset"] == STUDY_PRESET
+      others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
                 and r["faithful"] == faithful and r is not ref and r["pe"] != "partial_rope"
-                and find(runs, T1, r["pe"], preset=STUDY_PRESET, faithful=faithful) is r]
+                and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
       for o in sorted(others, key=lambda o: o["pe"]):
         rows.append((f"{_label(ref)} − {_label(o)}", compare(ref, o)))
-    out.append({"id": "a", "mode": mode,
+    out.append({"id": "a", "mode": mode, "preset": P1,
                 "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
                          "beats every other PE",
                 "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
                 "rows": rows, "verdict": _combine([p["verdict"] for _, p in rows])})
-    part = find(runs, T1, "partial_rope", preset=STUDY_PRESET, faithful=faithful,
-                rope_heads=1)
-    full = find(runs, T1, "rope", preset=STUDY_PRESET, faithful=faithful)
+    P2 = claim_preset(runs, T1, "rope", faithful)
+    part = find(runs, T1, "partial_rope", preset=P2, faithful=faithful, rope_heads=1)
+    full = find(runs, T1, "rope", preset=P2, faithful=faithful)
     rows = []
     if part is not None and full is not None:
       p = compare(full, part, margin=CLOSE_MARGIN)
@@ -297,28 +306,29 @@ def claims(runs) -> list[dict]:
       p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
            "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"])}
       rows.append(("rope − partial_rope (k=1)", p))
-    out.append({"id": "a2", "mode": mode,
+    out.append({"id": "a2", "mode": mode, "preset": P2,
                 "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                 "paper": "≈ 90 % vs 92.64 %", "rows": rows,
                 "verdict": _combine([p["verdict"] for _, p in rows])})
-    rope2 = find(runs, T2, ref_pe, preset=STUDY_PRESET, faithful=faithful)
-    mla2 = find(runs, T2, "mla", preset=STUDY_PRESET, faithful=faithful)
-    nope2 = find(runs, T2, "nope", preset=STUDY_PRESET, faithful=faithful)
+    P3 = claim_preset(runs, T2, ref_pe, faithful)
+    rope2 = find(runs, T2, ref_pe, preset=P3, faithful=faithful)
+    mla2 = find(runs, T2, "mla", preset=P3, faithful=faithful)
+    nope2 = find(runs, T2, "nope", preset=P3, faithful=faithful)
     rows = []
     if mla2 is not None and nope2 is not None:
       rows.append(("mla − nope", compare(mla2, nope2)))
     if nope2 is not None and rope2 is not None:
       rows.append((f"nope − {ref_pe}", compare(nope2, rope2)))
-    out.append({"id": "b", "mode": mode, "claim": "Task 2: MLA > NoPE > RoPE",
+    out.append({"id": "b", "mode": mode, "preset": P3, "claim": "Task 2: MLA > NoPE > RoPE",
                 "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
                 "verdict": _combine([p["verdict"] for _, p in rows])
                 if len(rows) == 2 else "not run"})
     rows = []
     for pe in ("rope", "rope_sinusoidal", "sinusoidal"):
-      r = find(runs, T2, pe, preset=STUDY_PRESET, faithful=faithful)
+      r = find(runs, T2, pe, preset=P3, faithful=faithful)
       if nope2 is not None and r is not None:
         rows.append((f"nope − {pe}", compare(nope2, r)))
-    out.append({"id": "d", "mode": mode,
+    out.append({"id": "d", "mode": mode, "preset": P3,
                 "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
                 "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
                 "verdict": _driver_verdict(rows) if rows else "not run"})
@@ -326,7 +336,7 @@ def claims(runs) -> list[dict]:
            for pe in (ref_pe, "nope", "alibi", "mla")}
     rows = [(pe, deposit_rule(r["ablation"]), r) for pe, r in dep.items()
             if r is not None and r.get("ablation")]
-    out.append({"id": "c", "mode": mode,
+    out.append({"id": "c", "mode": mode, "preset": DEPOSIT_PRESET,
                 "claim": f"Deposit ({DEPOSIT_PRESET} preset): one early-layer head carries "
                          f"the ablation damage in {_frac_txt(DEPOSIT_SEED_FRAC)} of {ref_pe} seeds; "
                          "absent in NoPE and ALiBi, weaker in MLA",
@@ -383,7 +393,8 @@ def verdict_section(runs) -> list[str]:
            "sign-flip p-value. A comparison counts only if both runs converged "
            f"(≥ {_frac_txt(CONVERGED_FRAC)[2:]} of seeds plateaued); otherwise it is "
            "inconclusive whatever its CI says.", "",
-           "| claim | mode | paper | ours: paired difference | verdict |", "|---|---|---|---|---|"]
+           "| claim | mode | preset | paper | ours: paired difference | verdict |",
+           "|---|---|---|---|---|---|"]
   for c in cl:
     if c["id"] == "c":
       ev = []
@@ -395,9 +406,23 @@ def verdict_section(runs) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['paper']} | {evid} | "
-                 f"**{c['verdict']}** |")
+    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['preset']} | {c['paper']} | "
+                 f"{evid} | **{c['verdict']}** |")
   return lines + [""]
+
+
+def examples_to(r, level: float = 0.9):
+  """(median examples seen until test accuracy first reached ``level``, seeds
+  that reached it, seeds); the median is None if fewer than half did."""
+  recs = r.get("records") or []
+  if not recs:
+    return None, 0, len(r["test_accuracy"])
+  acc = np.asarray([x["test_accuracy"] for x in recs], float)  # [evals, seeds]
+  seen = np.asarray([x.get("examples_seen", x["step"]) for x in recs], float)
+  firsts = [seen[np.argmax(col >= level)] for col in acc.T if (col >= level).any()]
+  n = acc.shape[1]
+  med = float(np.median(firsts + [np.inf] * (n - len(firsts)))) if 2 * len(firsts) >= n else None
+  return med, len(firsts), n
 
 
 def study_table(runs, task) -> list[str]:
@@ -407,10 +432,11 @@ def study_table(runs, task) -> list[str]:
   if not sel:
     return []
   lines = ["| PE | mode | preset | n | test acc % (mean [95 % bootstrap CI]) | per seed | "
-           "plateaued | examples seen / paper's | paper |",
-           "|---|---|---|---|---|---|---|---|---|"]
-  order = {STUDY_PRESET: 0, DEPOSIT_PRESET: 1}
-  for r in sorted(sel, key=lambda r: (order.get(r["preset"], 2), r["preset"], r["faithful"],
+           "plateaued | examples to 90 % test acc (median; seeds there) | "
+           "examples seen / paper's | paper |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  order = {STUDY_PRESET: 0, LONG_PRESET: 1, DEPOSIT_PRESET: 2}
+  for r in sorted(sel, key=lambda r: (order.get(r["preset"], 3), r["preset"], r["faithful"],
                                       -np.mean(r["test_accuracy"]))):
     acc = 100 * np.asarray(r["test_accuracy"])
     m, lo, hi = stats.bootstrap_mean_ci(acc)
@@ -419,9 +445,11 @@ def study_table(runs, task) -> list[str]:
     seen = r.get("examples_seen")
     seen_txt = "?" if seen is None else f"{seen / 1e3:.0f} k / {paper_ex / 1e6:.1f} M ({seen / paper_ex:.1%})"
     paper = _paper(r)
+    med, k, n = examples_to(r)
+    to90 = f"{'—' if med is None else f'{med / 1e3:.0f} k'}; {k}/{n}"
     lines.append(f"| {_label(r)} | {_mode(r)} | {_preset(r)} | {len(acc)} | {m:.1f} "
                  f"[{lo:.1f}, {hi:.1f}] | {' '.join(f'{a:.1f}' for a in acc)} | "
-                 f"{_plateau_txt(r)} | {seen_txt} | "
+                 f"{_plateau_txt(r)} | {to90} | {seen_txt} | "
                  f"{'—' if paper is None else f'{paper:.2f}'} |")
   return lines
 
@@ -592,7 +620,8 @@ def render(runs, out, figdir, ceiling_examples) -> str:
     parts += [f"## {title}", "", chance_line(runs, task, ceil), ""]
     parts += study_table(runs, task) + [""]
     groups = sorted({(r["preset"], r["faithful"]) for r in runs if r["task"] == task},
-                    key=lambda g: ({STUDY_PRESET: 0, DEPOSIT_PRESET: 1}.get(g[0], 2), g))
+                    key=lambda g: ({STUDY_PRESET: 0, LONG_PRESET: 1,
+                                    DEPOSIT_PRESET: 2}.get(g[0], 3), g))
     for preset, faithful in groups:
       fig = os.path.join(figdir, f"curves_{task}_{preset}{'_faithful' if faithful else ''}.png")
       head = f"### {preset} preset, {'faithful' if faithful else 'clean'}"

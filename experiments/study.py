@@ -91,18 +91,37 @@ def _entries() -> list[Entry]:
           ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
   out += [E(1, "deposit", "distance", pe, paper_ablation=True) for pe in
           ("rope", "nope", "alibi", "mla")]
-  out += [E(2, "study", "distance", pe, faithful=True,
+  out += [E(3, "study", "distance", pe, faithful=True,
             paper_ablation=pe == "rope_sinusoidal") for pe in
           ("rope_sinusoidal", "rope", "nope", "mla", "alibi", "sinusoidal",
            "learned", "relative")]
-  out.append(E(2, "study", "distance", "partial_rope", faithful=True, rope_heads=1))
-  out += [E(2, "study", "count", pe, faithful=True) for pe in
+  out.append(E(3, "study", "distance", "partial_rope", faithful=True, rope_heads=1))
+  out += [E(3, "study", "count", pe, faithful=True) for pe in
           ("mla", "nope", "rope_sinusoidal", "rope", "sinusoidal")]
-  out += [E(3, "deposit", "distance", pe, faithful=True, paper_ablation=True)
+  out += [E(4, "deposit", "distance", pe, faithful=True, paper_ablation=True)
           for pe in ("rope_sinusoidal", "rope", "nope", "alibi", "mla")]
-  out.append(E(3, "deposit", "distance", "partial_rope", rope_heads=1,
+  out.append(E(4, "deposit", "distance", "partial_rope", rope_heads=1,
                paper_ablation=True))
-  out += [E(3, "study", "count", pe) for pe in ("alibi", "learned", "relative")]
+  out += [E(4, "study", "count", pe) for pe in ("alibi", "learned", "relative")]
+  # The same comparisons with 3.3x the study budget, for the groups that had
+  # not converged at `study` (docs/study.md: a claim is judged at `long` where
+  # its reference run exists there). Most informative first; their core is
+  # priority 2, ahead of the remaining study runs.
+  out += [E(2, "long", "count", pe) for pe in
+          ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
+  out += [E(2, "long", "distance", pe, rope_heads=k) for pe, k in
+          (("rope", None), ("partial_rope", 1), ("alibi", None), ("relative", None),
+           ("nope", None))]
+  out += [E(2, "long", "distance", pe, faithful=True) for pe in
+          ("rope_sinusoidal", "rope", "nope", "mla")]
+  out += [E(5, "long", "distance", pe, rope_heads=k) for pe, k in
+          (("learned", None), ("sinusoidal", None), ("rope_sinusoidal", None),
+           ("mla", None), ("partial_rope", 2))]
+  out += [E(5, "long", "distance", pe, faithful=True, rope_heads=k) for pe, k in
+          (("partial_rope", 1), ("alibi", None), ("sinusoidal", None),
+           ("learned", None), ("relative", None))]
+  out += [E(5, "long", "count", pe, faithful=True) for pe in
+          ("mla", "nope", "rope_sinusoidal", "rope", "sinusoidal")]
   return out
 
 
@@ -217,7 +236,9 @@ def main(argv):
   if FLAGS.workers < 1:
     print("error: --workers must be >= 1", file=sys.stderr)
     return 2
-  plan = [e for e in PLAN if e.priority <= FLAGS.priority_max]
+  # most urgent first; within a priority, the plan's order
+  plan = sorted((e for e in PLAN if e.priority <= FLAGS.priority_max),
+                key=lambda e: e.priority)
   if FLAGS.preset:
     from experiments import configs
     if FLAGS.preset not in configs.PRESET_NAMES:

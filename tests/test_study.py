@@ -73,6 +73,8 @@ def test_list_and_bad_flags(tmp_path):
   lines = res.stdout.strip().splitlines()
   assert lines[-1] == f"0 of {len(study.PLAN)} committed"
   assert lines[0].split()[:3] == ["P1", "distance/rope-study", "to"]
+  prios = [int(line.split()[0][1:]) for line in lines[:-1]]
+  assert prios == sorted(prios) and len(prios) == len(study.PLAN)  # most urgent first
   for bad in (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"]):
     res = subprocess.run([sys.executable, "-m", "experiments.study", *bad,
                           f"--results={tmp_path}"], cwd=ROOT, capture_output=True,
