@@ -3,7 +3,8 @@
 # paper-preset speed probe, then `experiments.study` with several runs at once
 # (the study's models are small: compilation, not the GPU, is the bottleneck).
 # Finished runs' small files land in results/runs/; with OUT_DIR, a tarball of
-# them and of the logs goes there too.
+# them and of the logs goes there too. PROBE=0 skips the speed probe;
+# STUDY_ARGS adds flags to experiments.study (e.g. "--priority_max=2").
 #   launch/study_gpu.sh [--dry_run] [BUDGET_S [WORKERS [OUT_DIR]]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,15 +28,19 @@ run_or_print timeout 120 "$PY" -m experiments.sweep --preset=smoke --pe=rope --s
 # Paper preset, faithful 'rope' (sinusoid + rotary), 8 seeds one after another
 # (8 vmapped at batch 512 need ~90 GiB for one chunk): steps/s after
 # compilation is the second progress line.
-run_or_print timeout 150 "$PY" -m experiments.sweep --preset=paper --faithful \
-  --pe=rope_sinusoidal --seeds=8 --seed_group=1 --steps=40 --eval_every=20 \
-  --workdir=runs/gpu-paper-probe --noresume
+if [ "${PROBE:-1}" != 0 ]; then
+  run_or_print timeout 150 "$PY" -m experiments.sweep --preset=paper --faithful \
+    --pe=rope_sinusoidal --seeds=8 --seed_group=1 --steps=40 --eval_every=20 \
+    --workdir=runs/gpu-paper-probe --noresume
+fi
 LEFT=$((BUDGET - SECONDS - 60))
 if [ "$DRY_RUN" -eq 0 ] && [ "$LEFT" -lt 60 ]; then
   echo "no time left for the study"
   exit 0
 fi
-run_or_print "$PY" -m experiments.study --workers="$WORKERS" --deadline_s="$LEFT" --grace_s=30
+# shellcheck disable=SC2086  # STUDY_ARGS is a list of flags
+run_or_print "$PY" -m experiments.study --workers="$WORKERS" --deadline_s="$LEFT" --grace_s=30 \
+  ${STUDY_ARGS:-}
 if [ -n "$OUT_DIR" ]; then
   run_or_print tar czf "$OUT_DIR/study.tgz" results/runs runs/logs
 fi

@@ -192,3 +192,22 @@ def test_alibi_slope_scheme(faithful, override, want):
   model = nnx.merge(*init_model(cfg, jax.random.key(0)))
   slopes = (P.alibi_slopes_paper if want == "paper" else P.alibi_slopes)(cfg.num_heads)
   np.testing.assert_allclose(model.alibi(5), P.alibi_bias(5, slopes), atol=1e-7)
+
+
+def test_mla_attention_dropout_clean_only():
+  """Clean MLA drops attention probabilities like every clean PE; faithful MLA (the
+  paper's) has no attention dropout."""
+  for faithful, want in ((False, 0.1), (True, 0.0)):
+    cfg = _cfg("mla", faithful=faithful, dropout=0.1)
+    model = nnx.merge(*init_model(cfg, jax.random.key(0)))
+    attn = model.blocks[0].attn
+    assert attn.attn_dropout == want
+  x = jax.random.normal(jax.random.key(3), (2, 6, TINY["d_model"]))
+  pos = jnp.arange(6)
+  attn.attn_dropout = 0.5
+  plain = attn.head_outputs(x, positions=pos)
+  dropped = attn.head_outputs(x, positions=pos, dropout_key=jax.random.key(4))
+  assert not np.allclose(plain, dropped)
+  attn.attn_dropout = 0.0
+  np.testing.assert_array_equal(
+      plain, attn.head_outputs(x, positions=pos, dropout_key=jax.random.key(4)))

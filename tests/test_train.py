@@ -193,3 +193,22 @@ def test_bad_train_config():
     train.TrainConfig(steps=0)
   with pytest.raises(ValueError, match="exceeds"):
     train.TrainConfig(batch_size=1000).steps_per_epoch(100)
+
+
+def test_train_settings_faithful_optimiser_and_mla_ratio():
+  clean = configs.train_settings("cpu", "rope", False)
+  faithful = configs.train_settings("cpu", "rope", True)
+  assert (clean["b1"], clean["b2"]) == (0.9, 0.98)
+  assert (faithful["b1"], faithful["b2"], faithful["weight_decay"]) == (0.98, 0.9, 1e-5)
+  assert faithful["learning_rate"] == clean["learning_rate"]
+  # clean MLA: the same budget as every clean PE; faithful MLA: 1.5x examples, 0.75x steps
+  assert configs.train_settings("study", "mla", False) == configs.train_settings(
+      "study", "rope", False)
+  fm, fr = (configs.train_settings("study", pe, True) for pe in ("mla", "rope"))
+  assert fm["epochs"] * fm["batch_size"] == 1.5 * fr["epochs"] * fr["batch_size"]
+  assert fm["epochs"] / fm["batch_size"] == 0.75 * fr["epochs"] / fr["batch_size"]
+  paper = configs.train_settings("paper", "mla", True)
+  assert (paper["epochs"], paper["batch_size"]) == (150, 1024)
+  assert configs.train_settings("paper", "mla", False)["epochs"] == 100
+  with pytest.raises(ValueError, match="unknown preset"):
+    configs.train_settings("huge", "rope", False)
