@@ -33,7 +33,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("runs", os.path.join("results", "runs"),
                     "Directory holding <task>/<run>/ run directories.")
 flags.DEFINE_string("out", "RESULTS.md", "Markdown file to write.")
-flags.DEFINE_string("figdir", "results", "Directory for the report's figures.")
+flags.DEFINE_string("figdir", os.path.join("results", "figures"),
+                    "Directory for the report's figures.")
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
@@ -383,18 +384,27 @@ def _deposit_verdict(rows, ref_pe) -> str:
   return "reproduced" if all(checks) else "refuted"
 
 
-def verdict_section(runs) -> list[str]:
+def _chance_ceiling(task, preset, ceil) -> str:
+  from experiments import configs
+  t = configs.build(preset, task, "nope").task
+  top = ceil[preset][0] if task == "distance" and preset in ceil else (
+      100.0 if task == "count" else None)
+  return f"{100 / t.num_labels:.1f} / " + ("?" if top is None else f"{top:.1f}")
+
+
+def verdict_section(runs, ceil=None) -> list[str]:
   cl = claims(runs)
   lines = ["## Verdicts", "",
-           "Each claim was written down with its test before the study ran "
-           "([docs/study.md](docs/study.md)). Paired differences are in accuracy points, "
+           "The claims, their tests and decision rules are in [docs/study.md](docs/study.md), "
+           "which also says which details were fixed before the runs and which after. "
+           "Paired differences are in accuracy points, "
            "mean [95 % percentile-bootstrap CI] over the seeds both runs share (same "
            "initialisation, batch order and data), with the seeds won and an exact "
            "sign-flip p-value. A comparison counts only if both runs converged "
            f"(≥ {_frac_txt(CONVERGED_FRAC)[2:]} of seeds plateaued); otherwise it is "
            "inconclusive whatever its CI says.", "",
-           "| claim | mode | preset | paper | ours: paired difference | verdict |",
-           "|---|---|---|---|---|---|"]
+           "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
+           "verdict |", "|---|---|---|---|---|---|---|"]
   for c in cl:
     if c["id"] == "c":
       ev = []
@@ -406,7 +416,9 @@ def verdict_section(runs) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['preset']} | {c['paper']} | "
+    task = "count" if c["id"] in ("b", "d") else "distance"
+    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['preset']} | "
+                 f"{_chance_ceiling(task, c['preset'], ceil or {})} | {c['paper']} | "
                  f"{evid} | **{c['verdict']}** |")
   return lines + [""]
 
@@ -425,8 +437,9 @@ def examples_to(r, level: float = 0.9):
   return med, len(firsts), n
 
 
-def study_table(runs, task) -> list[str]:
-  """Per run: accuracy (bootstrap CI), per seed, plateau, examples vs the paper."""
+def study_table(runs, task, ceil=None) -> list[str]:
+  """Per run: accuracy (bootstrap CI), per seed, plateau, examples vs the paper;
+  reference rows for chance and the ceilings of each preset's data."""
   from pe_spectral import stats
   sel = [r for r in runs if r["task"] == task]
   if not sel:
@@ -451,7 +464,31 @@ def study_table(runs, task) -> list[str]:
                  f"[{lo:.1f}, {hi:.1f}] | {' '.join(f'{a:.1f}' for a in acc)} | "
                  f"{_plateau_txt(r)} | {to90} | {seen_txt} | "
                  f"{'—' if paper is None else f'{paper:.2f}'} |")
+  for ref, val in reference_rows(runs, task, ceil or {}):
+    lines.append(f"| *{ref}* | | | | {val:.1f} | | | | | |")
   return lines
+
+
+def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
+  """(label, accuracy %) for chance and the ceilings of the presets' data."""
+  from experiments import configs
+  rows, seen = [], set()
+  for p in sorted({r["preset"] for r in runs if r["task"] == task}):
+    t = configs.build(p, task, "nope").task
+    key = json.dumps(t.to_dict(), sort_keys=True)
+    if key in seen:
+      continue  # presets with the same data share their reference rows
+    seen.add(key)
+    names = ", ".join(q for q in sorted({r["preset"] for r in runs if r["task"] == task})
+                      if json.dumps(configs.build(q, task, "nope").task.to_dict(),
+                                    sort_keys=True) == key)
+    rows.append((f"chance ({names})", 100 / t.num_labels))
+    if task == "distance" and p in ceil:
+      rows.append((f"Bayes ceiling ({names})", ceil[p][0]))
+      rows.append((f"permutation-invariant ceiling ({names})", ceil[p][2]))
+    elif task == "count":
+      rows.append((f"ceiling ({names})", 100.0))
+  return rows
 
 
 def chance_line(runs, task, ceilings_by_preset) -> str:
@@ -528,7 +565,8 @@ def deposit_section(runs, figdir, outdir) -> list[str]:
                  f"{sum(rule['per_seed'])}/{len(rule['per_seed'])} | {' · '.join(cells)} |")
   lines.append("")
   for r in sorted(sel, key=lambda r: (order.get(r["preset"], 2), r["faithful"], r["pe"])):
-    if r["preset"] != DEPOSIT_PRESET and r["pe"] not in ("rope", "partial_rope"):
+    if r["preset"] != DEPOSIT_PRESET and r["pe"] not in ("rope", "partial_rope",
+                                                        "rope_sinusoidal"):
       continue
     name = f"ablation_seeds_{r['task']}_{r['name']}.png"
     path = os.path.join(figdir, name)
@@ -605,20 +643,20 @@ def render(runs, out, figdir, ceiling_examples) -> str:
            f"{len(runs)} run(s) under `{src}`. Every number below is read from the runs' "
            "committed `summary.json`, `metrics.jsonl` and `ablation*.json`. "
            + compute_line(runs), ""]
-  parts += verdict_section(runs)
+  ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
+  parts += verdict_section(runs, ceil)
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
             .replace("train_accuracy", "a seed has plateaued when its train accuracy stays")
             + " (`pe_spectral.stats.plateau`). Presets and budgets: "
             "[docs/presets.md](docs/presets.md); the pre-registered tests: "
             "[docs/study.md](docs/study.md).", ""]
-  ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
   for task, title in (("distance", "Task 1 — trigger distance"),
                       ("count", "Task 2 — trigger count")):
     if not any(r["task"] == task for r in runs):
       continue
     parts += [f"## {title}", "", chance_line(runs, task, ceil), ""]
-    parts += study_table(runs, task) + [""]
+    parts += study_table(runs, task, ceil) + [""]
     groups = sorted({(r["preset"], r["faithful"]) for r in runs if r["task"] == task},
                     key=lambda g: ({STUDY_PRESET: 0, LONG_PRESET: 1,
                                     DEPOSIT_PRESET: 2}.get(g[0], 3), g))

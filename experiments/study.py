@@ -30,21 +30,6 @@ from typing import Optional
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_bool("list", False, "Print the plan and each run's state, then exit.")
-flags.DEFINE_bool("collect", True, "Copy finished runs' small files into --results.")
-flags.DEFINE_string("runs", "runs", "Where workdirs (with checkpoints) live.")
-flags.DEFINE_string("results", os.path.join("results", "runs"),
-                    "Where finished runs' small files are committed.")
-flags.DEFINE_integer("seeds", 8, "Seeds per run (the claims need >= 5).")
-flags.DEFINE_integer("workers", 1, "Runs at once.")
-flags.DEFINE_float("deadline_s", 0, "If > 0: start no run after this many seconds, "
-                   "and stop running ones at deadline + grace.")
-flags.DEFINE_float("grace_s", 60, "See --deadline_s.")
-flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run.")
-flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
-flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
-                    "check the machinery in seconds).")
-
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
 
 
@@ -274,5 +259,25 @@ def main(argv):
   return 1 if failed else 0
 
 
+def define_flags() -> None:
+  """The CLI's flags (defined on use, so that tests can import this module
+  beside ``experiments.sweep``, whose flag names overlap)."""
+  flags.DEFINE_bool("list", False, "Print the plan and each run's state, then exit.")
+  flags.DEFINE_bool("collect", True, "Copy finished runs' small files into --results.")
+  flags.DEFINE_string("runs", "runs", "Where workdirs (with checkpoints) live.")
+  flags.DEFINE_string("results", os.path.join("results", "runs"),
+                      "Where finished runs' small files are committed.")
+  flags.DEFINE_integer("seeds", 8, "Seeds per run (the claims need >= 5).")
+  flags.DEFINE_integer("workers", 1, "Runs at once.")
+  flags.DEFINE_float("deadline_s", 0, "If > 0: start no run after this many seconds, "
+                     "and stop running ones at deadline + grace.")
+  flags.DEFINE_float("grace_s", 60, "See --deadline_s.")
+  flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run.")
+  flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
+  flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
+                      "check the machinery in seconds).")
+
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

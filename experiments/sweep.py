@@ -12,6 +12,7 @@ the final table to stdout.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -116,8 +117,9 @@ def plan_runs():
     raise UsageError(f"--seed_group {FLAGS.seed_group} must divide --seeds {FLAGS.seeds}")
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
-  if FLAGS.learning_rate is not None and FLAGS.learning_rate <= 0:
-    raise UsageError("--learning_rate must be > 0")
+  if FLAGS.learning_rate is not None and not (math.isfinite(FLAGS.learning_rate)
+                                               and FLAGS.learning_rate > 0):
+    raise UsageError(f"--learning_rate must be a finite number > 0, got {FLAGS.learning_rate}")
   heads = [None]
   if FLAGS.rope_heads is not None:
     if "partial_rope" not in pes:

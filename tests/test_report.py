@@ -97,6 +97,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
       cells = [c.strip() for c in line.split("|")]
       key = (cells[1].split(")")[0][1:], cells[2])
       verdicts[key], presets[key] = cells[-2], cells[3]
+      assert cells[4].startswith("3.3 / 9" if key[0] in ("a", "a2", "c") else "1.0 / 100.0")
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
   assert verdicts[("a", "clean")] == "**inconclusive**"
   assert "rope − sinusoidal: +7.0" in text and "rope − nope: +87.7" in text
@@ -118,6 +119,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "| rope | clean | study (batch 64, 60 steps) |" in text
   assert "92.64" in text and "97.41" in text  # paper numbers beside our rows
   assert "chance 3.3 % (30 classes), Bayes ceiling" in text
+  assert "| *chance (deposit, study)* | | | | 3.3 |" in text  # same data: one row
+  assert "| *ceiling (long, study)* | | | | 100.0 |" in text
   assert "chance 1.0 % (101 classes), ceiling 100 %" in text
   assert "| distance | rope | clean | 0 | 0.800 [0.600, 1.000] | 0.600 vs 1.000 |" in text
   for f in ("curves_distance_study.png", "curves_count_study.png",

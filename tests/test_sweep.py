@@ -106,6 +106,8 @@ def test_nonfinite_loss_stops_with_message(tmp_path):
     (["--pe=partial_rope", "--rope_heads=9"], "rope_heads"),
     (["--pe=partial_rope", "--rope_heads=-1"], "rope_heads"),
     (["--steps=0"], "--steps must be >= 1"),
+    (["--learning_rate=nan"], "--learning_rate must be a finite number > 0"),
+    (["--learning_rate=inf"], "--learning_rate must be a finite number > 0"),
     (["--rope_heads=1"], "only applies to --pe=partial_rope"),
     (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
     (["--seed_group=-1"], "--seed_group must be >= 0"),
