@@ -39,6 +39,10 @@ _MODEL = {
 # for the groups that had not converged at the study preset (docs/study.md).
 _MODEL["long"] = _MODEL["study"]
 
+_CPU_DISTANCE = dict(vocab_size=574, num_examples=20_000, seq_len=48, max_len=48,
+                     side_min=1, side_max=10, mid_min=1, mid_max=30)
+_COUNT_120 = dict(vocab_size=574, num_examples=20_000, seq_len=120, max_len=120,
+                  num_triggers=30, count_max=100)
 _TASK = {
     ("smoke", "distance"): dict(vocab_size=64, num_examples=512, seq_len=20,
                                 max_len=24, side_min=1, side_max=4, mid_min=1,
@@ -47,28 +51,13 @@ _TASK = {
                              max_len=24, num_triggers=5, count_max=10),
     # Shrunk generator ranges so the second trigger is never cut (right
     # segments are cut at 48 tokens in a few examples, as the paper cuts at 120).
-    ("cpu", "distance"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
-                              max_len=48, side_min=1, side_max=10, mid_min=1,
-                              mid_max=30),
+    ("cpu", "distance"): _CPU_DISTANCE,
     ("cpu", "count"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
                            max_len=48, num_triggers=30, count_max=40),
-    # study / deposit: Task 1 as at the cpu preset; Task 2 at the paper's
+    # study / deposit / long: Task 1 as at the cpu preset; Task 2 at the paper's
     # length (120 tokens, k <= 100), where distance effects can hurt counting.
-    ("study", "distance"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
-                                max_len=48, side_min=1, side_max=10, mid_min=1,
-                                mid_max=30),
-    ("study", "count"): dict(vocab_size=574, num_examples=20_000, seq_len=120,
-                             max_len=120, num_triggers=30, count_max=100),
-    ("deposit", "distance"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
-                                  max_len=48, side_min=1, side_max=10, mid_min=1,
-                                  mid_max=30),
-    ("deposit", "count"): dict(vocab_size=574, num_examples=20_000, seq_len=120,
-                               max_len=120, num_triggers=30, count_max=100),
-    ("long", "distance"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
-                               max_len=48, side_min=1, side_max=10, mid_min=1,
-                               mid_max=30),
-    ("long", "count"): dict(vocab_size=574, num_examples=20_000, seq_len=120,
-                            max_len=120, num_triggers=30, count_max=100),
+    **{(p, "distance"): _CPU_DISTANCE for p in ("study", "deposit", "long")},
+    **{(p, "count"): _COUNT_120 for p in ("study", "deposit", "long")},
     ("paper", "distance"): dict(vocab_size=574, num_examples=100_000, seq_len=120,
                                 max_len=128, side_min=1, side_max=25, mid_min=1,
                                 mid_max=70),
