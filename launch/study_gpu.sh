@@ -7,7 +7,7 @@
 # STUDY_ARGS adds flags to experiments.study (e.g. "--priority_max=2").
 #   launch/study_gpu.sh [--dry_run] [BUDGET_S [WORKERS [OUT_DIR]]]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
