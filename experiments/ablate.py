@@ -62,7 +62,7 @@ def main(argv):
   if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
     print("error: --mask_chunk must be >= 1", file=sys.stderr)
     return 2
-  from pe_spectral import ablation, plotting, runner
+  from pe_spectral import ablation, plotting, runner, stats
   t0 = time.time()
   try:
     config, rc, trainer, states, data, step = runner.load_run(
@@ -79,8 +79,9 @@ def main(argv):
                               mode=FLAGS.mode, leak=FLAGS.leak,
                               mask_chunk=FLAGS.mask_chunk, method=FLAGS.method)
   dep = ablation.deposit_scores(res["baseline"], res["ablated"])
-  score_mean, score_ci = ablation.mean_ci(dep["score"])
-  drop_mean, drop_ci = ablation.mean_ci(100 * dep["max_drop"])
+  # bounded per-seed scores: percentile-bootstrap CIs over seeds, per layer
+  score_ci = [stats.bootstrap_mean_ci(col) for col in dep["score"].T]
+  drop_ci = [stats.bootstrap_mean_ci(col) for col in 100 * dep["max_drop"].T]
   mean_drop = 100 * dep["drops"].mean(0)
   out = {
       "workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
@@ -93,8 +94,10 @@ def main(argv):
       "drop": dep["drops"].tolist(),
       "mean_drop_points": mean_drop.tolist(),
       "deposit_score": dep["score"].tolist(),
-      "deposit_score_mean": score_mean.tolist(), "deposit_score_ci95": score_ci.tolist(),
-      "max_drop_points_mean": drop_mean.tolist(), "max_drop_points_ci95": drop_ci.tolist(),
+      "deposit_score_mean": [m for m, _, _ in score_ci],
+      "deposit_score_ci95": [[lo, hi] for _, lo, hi in score_ci],
+      "max_drop_points_mean": [m for m, _, _ in drop_ci],
+      "max_drop_points_ci95": [[lo, hi] for _, lo, hi in drop_ci],
       "argmax_head": dep["argmax_head"].tolist(),
       "wall_seconds": time.time() - t0,
   }
@@ -104,12 +107,15 @@ def main(argv):
            + f"\nmean accuracy drop (points), {FLAGS.mode}, "
            f"{len(config['seeds'])} seeds")
   plotting.ablation_heatmap(mean_drop, os.path.join(wd, name + ".png"), title)
-  print(f"baseline {100 * res['baseline'].mean():.2f}% over {len(config['seeds'])} seeds; "
-        f"{res['ablated'][0].size} ablations in {out['wall_seconds']:.1f}s")
+  print(f"checkpoint step {step}; baseline {100 * res['baseline'].mean():.2f}% over "
+        f"{len(config['seeds'])} seeds; {res['ablated'][0].size} ablations in "
+        f"{out['wall_seconds']:.1f}s (95% bootstrap CIs over seeds)")
   for l in range(mean_drop.shape[0]):
-    print(f"  layer {l}: largest drop {drop_mean[l]:.1f} ± {drop_ci[l]:.1f} points "
-          f"(head {int(np.argmax(mean_drop[l]))}), deposit score {score_mean[l]:.2f} ± "
-          f"{score_ci[l]:.2f}")
+    h = int(np.argmax(mean_drop[l]))
+    (dm, dlo, dhi), (sm, slo, shi) = drop_ci[l], score_ci[l]
+    print(f"  layer {l}: head {h} has the largest mean drop, {mean_drop[l, h]:.1f} points; "
+          f"each seed's largest drop {dm:.1f} [{dlo:.1f}, {dhi:.1f}]; deposit score "
+          f"{sm:.2f} [{slo:.2f}, {shi:.2f}]")
   return 0
 
 

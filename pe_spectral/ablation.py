@@ -24,7 +24,6 @@ Modes:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Optional
 
 import jax
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["head_masks", "ablate_heads", "deposit_scores", "mean_ci"]
+__all__ = ["head_masks", "ablate_heads", "deposit_scores"]
 
 
 def head_masks(num_layers: int, num_heads: int, *, mode: str = "single",
@@ -155,22 +154,6 @@ def _compiled(trainer, mode, leak, mask_chunk, method):
     per_seed = lambda p, ids, labels: _masked_accuracies(
         trainer, p, ids, labels, masks, mask_chunk)
   return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))
-
-
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
-def mean_ci(values, axis: int = 0):
-  """Mean and 95% Student-t half-width over ``axis`` (half-width NaN for n = 1)."""
-  v = np.asarray(values, np.float64)
-  n = v.shape[axis]
-  mean = v.mean(axis)
-  if n < 2:
-    return mean, np.full_like(mean, np.nan)
-  t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-  return mean, t * v.std(axis, ddof=1) / math.sqrt(n)
 
 
 def deposit_scores(baseline, ablated) -> dict:
