@@ -184,12 +184,19 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       k = min(eval_every, total - step)
       states, losses = trainer.train_chunk(states, keys, train_ids, train_labels, k)
       losses = trainer.fetch(losses)  # [seeds, k]
-      if not np.isfinite(losses).all():
-        bad = [s for s, ok in zip(seeds, np.isfinite(losses).all(1)) if not ok]
+      # Losses are measured before each update, so the last update of a chunk
+      # can break the state with every loss finite: check the state as well,
+      # and never save a checkpoint that is not finite.
+      ok = np.isfinite(losses).all(1) & trainer.fetch(trainer.finite(states))
+      if not ok.all():
+        bad = [s for s, good in zip(seeds, ok) if not good]
+        last_good = ckpt.latest_step()
+        kept = (f"The last good checkpoint (step {last_good}) is kept in {paths['ckpt']}"
+                if last_good is not None else
+                "No checkpoint was saved (the run diverged before its first evaluation)")
         raise NonFiniteLossError(
-            f"non-finite loss between steps {step} and {step + k} for seeds {bad}; "
-            f"stopping. The last good checkpoint (step "
-            f"{ckpt.latest_step()}) is kept in {paths['ckpt']}")
+            f"non-finite loss or parameters between steps {step} and {step + k} for "
+            f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
       step += k
       test_acc, test_loss = map(trainer.fetch, trainer.evaluate(
           states, test_ids, test_labels))

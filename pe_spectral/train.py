@@ -177,6 +177,7 @@ class Trainer:
                           donate_argnums=(0,))
     self._eval = jax.jit(self._eval_impl)
     self._init = jax.jit(jax.vmap(self.init_one))
+    self._finite = jax.jit(self._finite_impl)
 
   # -- seeds and placement ---------------------------------------------------
   @staticmethod
@@ -305,6 +306,18 @@ class Trainer:
     merge = lambda x: x.reshape((n,) + x.shape[2:])
     out = jax.lax.map(lambda a: run(*a), (jax.tree.map(split, states), split(keys)))
     return jax.tree.map(merge, out)
+
+  @staticmethod
+  def _finite_impl(states):
+    leaves = [x for x in jax.tree.leaves(states)
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    n = leaves[0].shape[0]
+    return jnp.stack([jnp.isfinite(x).reshape(n, -1).all(1) for x in leaves]).all(0)
+
+  def finite(self, states) -> jax.Array:
+    """``bool [seeds]``: every parameter and optimiser-state value of the seed is
+    finite (one reduction on device; checked before a checkpoint is saved)."""
+    return self._finite(states)
 
   def train_chunk(self, states, keys, train_ids, train_labels, num_steps: int):
     """Runs ``num_steps`` steps for every seed. Returns (states, losses ``[seeds, K]``).

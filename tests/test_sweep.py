@@ -100,6 +100,58 @@ def test_nonfinite_loss_stops_with_message(tmp_path):
   assert not os.path.exists(os.path.join(wd, "summary.json"))
 
 
+def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
+  """Losses are measured before each update, so the last update of a chunk can
+  break the state while every loss is finite. Such a state must not be saved,
+  and the message must name the real last good step."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from experiments import configs
+  from pe_spectral import runner
+  from pe_spectral.checkpoint import Checkpointer
+  from pe_spectral.train import Trainer
+
+  original = Trainer.train_chunk
+
+  def poisoned(self, states, *args, **kw):
+    states, losses = original(self, states, *args, **kw)
+    if int(np.asarray(states["step"])[0]) >= 3:  # the update ending step 3 blows up
+      states = dict(states, params=jax.tree.map(lambda x: x * jnp.nan, states["params"]))
+    return states, losses
+
+  monkeypatch.setattr(Trainer, "train_chunk", poisoned)
+  rc = configs.build("smoke", "distance", "rope", steps=6)
+  wd = str(tmp_path / "poison")
+  try:
+    runner.run(rc, [0, 1], wd, eval_every=1)
+    raise AssertionError("a non-finite state was not detected")
+  except runner.NonFiniteLossError as e:
+    msg = str(e)
+  assert "between steps 2 and 3" in msg and "last good checkpoint (step 2)" in msg, msg
+  trainer = Trainer(rc.model, rc.task, rc.train, num_train=int(0.7 * rc.task.num_examples))
+  ckpt = Checkpointer(os.path.join(wd, "ckpt"))
+  try:
+    assert ckpt.latest_step() == 2
+    states, _ = ckpt.restore(2, trainer.abstract_state(2))
+  finally:
+    ckpt.close()
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(states["params"]))
+  # diverging before the first evaluation: no checkpoint, and the message says so
+  wd2 = str(tmp_path / "poison-early")
+  def poisoned_always(self, states, *args, **kw):
+    states, losses = original(self, states, *args, **kw)
+    return dict(states, params=jax.tree.map(lambda x: x * jnp.nan, states["params"])), losses
+
+  monkeypatch.setattr(Trainer, "train_chunk", poisoned_always)
+  try:
+    runner.run(rc, [0, 1], wd2, eval_every=3)
+    raise AssertionError("a non-finite state was not detected")
+  except runner.NonFiniteLossError as e:
+    assert "No checkpoint was saved" in str(e), str(e)
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--pe=rotary"], "unknown --pe 'rotary'"),
     (["--seeds=0"], "--seeds must be >= 1"),
