@@ -231,6 +231,13 @@ def main(argv):
     print(f"[{tag}] {rc.model.pe} on {rc.task.name}, preset {rc.preset}, "
           f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
           flush=True)
+    finished = FLAGS.resume and os.path.exists(os.path.join(workdir, "summary.json"))
+    if finished and not quiet:
+      print(f"[{tag}] already finished: reporting it without training "
+            "(--noresume trains it again)", file=sys.stderr, flush=True)
+    elif not quiet:
+      print(f"[{tag}] generating data and compiling; the first progress line comes "
+            "after the first evaluation", file=sys.stderr, flush=True)
     try:
       s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
                      resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,

@@ -81,6 +81,7 @@ def test_finished_run_is_not_retrained(reference):
   before = _summary(wd)
   out = _sweep(*COMMON, f"--workdir={wd}")
   assert "step 6/24" not in out.stderr and "step 24/24" not in out.stderr
+  assert "already finished" in out.stderr and "compiling" not in out.stderr
   assert _summary(wd)["test_accuracy"] == before["test_accuracy"]
 
 
