@@ -425,7 +425,7 @@ def verdict_section(runs, ceil=None) -> list[str]:
 
 def examples_to(r, level: float = 0.9):
   """(median examples seen until test accuracy first reached ``level``, seeds
-  that reached it, seeds); the median is None if fewer than half did."""
+  that reached it, seeds); the median is None unless more than half did."""
   recs = r.get("records") or []
   if not recs:
     return None, 0, len(r["test_accuracy"])
@@ -433,7 +433,9 @@ def examples_to(r, level: float = 0.9):
   seen = np.asarray([x.get("examples_seen", x["step"]) for x in recs], float)
   firsts = [seen[np.argmax(col >= level)] for col in acc.T if (col >= level).any()]
   n = acc.shape[1]
-  med = float(np.median(firsts + [np.inf] * (n - len(firsts)))) if 2 * len(firsts) >= n else None
+  # a median over all seeds (those that never got there count as infinite):
+  # defined when more than half of them got there
+  med = float(np.median(firsts + [np.inf] * (n - len(firsts)))) if 2 * len(firsts) > n else None
   return med, len(firsts), n
 
 
