@@ -137,6 +137,12 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   paths = {k: os.path.join(workdir, v) for k, v in dict(
       config="config.json", metrics="metrics.jsonl", summary="summary.json",
       plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl").items()}
+  if (resume and not os.path.exists(paths["config"]) and os.path.isdir(paths["ckpt"])
+      and os.listdir(paths["ckpt"])):
+    raise ConfigMismatchError(
+        f"{workdir} holds checkpoints but no config.json, so the settings they were "
+        "trained with cannot be verified; pass --noresume to discard them or choose "
+        "another --workdir")
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
@@ -146,12 +152,12 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
           f"{workdir} holds a run with different settings ("
           + "; ".join(diff[:6])
           + "); pass --noresume to overwrite it or choose another --workdir")
-    if not resume and writer:
-      for key in ("metrics", "summary", "plot", "spectra"):
-        if os.path.exists(paths[key]):
-          os.remove(paths[key])
-      shutil.rmtree(paths["ckpt"], ignore_errors=True)
-  if writer:
+  if not resume and writer:  # discard an earlier run, with or without its config
+    for key in ("metrics", "summary", "plot", "spectra"):
+      if os.path.exists(paths[key]):
+        os.remove(paths[key])
+    shutil.rmtree(paths["ckpt"], ignore_errors=True)
+  if writer:  # only after every check has passed
     os.makedirs(workdir, exist_ok=True)
     write_json(paths["config"], config)
 
@@ -276,6 +282,8 @@ def load_run(workdir: str, run_config_from_dict):
   seeds = config["seeds"]
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
                     mesh=seed_mesh(len(seeds)))
+  if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
+    raise FileNotFoundError(f"no checkpoint under {workdir}/ckpt")
   ckpt = Checkpointer(os.path.join(workdir, "ckpt"))
   try:
     step = ckpt.latest_step()

@@ -110,6 +110,13 @@ def test_ablate_cli_writes_json_and_heatmap(tmp_path):
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
                         f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
   assert bad.returncode == 2 and "error:" in bad.stderr
+  nockpt = tmp_path / "nockpt"  # a config but no checkpoints: refused, nothing created
+  nockpt.mkdir()
+  (nockpt / "config.json").write_text(open(os.path.join(wd, "config.json")).read())
+  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={nockpt}"],
+                       capture_output=True, text=True)
+  assert bad.returncode == 2 and "no checkpoint" in bad.stderr
+  assert not (nockpt / "ckpt").exists()
 
 
 @pytest.mark.parametrize("pe,faithful", [("rope", True), ("mla", False)])
