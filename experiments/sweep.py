@@ -246,6 +246,10 @@ def main(argv):
     except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 1
+    except KeyboardInterrupt:
+      print(f"\ninterrupted: rerun the same command to resume {tag} from its last "
+            "checkpoint", file=sys.stderr, flush=True)
+      return 130
     rows.append((tag, s))
   if quiet:
     return 0
