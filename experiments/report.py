@@ -384,12 +384,20 @@ def _deposit_verdict(rows, ref_pe) -> str:
   return "reproduced" if all(checks) else "refuted"
 
 
-def _chance_ceiling(task, preset, ceil) -> str:
+def chance_and_ceiling(task, preset, ceil):
+  """``(classes, chance %, ceiling % or None, permutation-invariant ceiling % or
+  None)`` of a preset's data (Task 1 ceilings from ``ceil``, Task 2: 100 %)."""
   from experiments import configs
-  t = configs.build(preset, task, "nope").task
-  top = ceil[preset][0] if task == "distance" and preset in ceil else (
-      100.0 if task == "count" else None)
-  return f"{100 / t.num_labels:.1f} / " + ("?" if top is None else f"{top:.1f}")
+  n = configs.build(preset, task, "nope").task.num_labels
+  if task == "count":
+    return n, 100 / n, 100.0, None
+  c = ceil.get(preset)
+  return n, 100 / n, (c[0] if c else None), (c[2] if c else None)
+
+
+def _chance_ceiling(task, preset, ceil) -> str:
+  _, chance, top, _ = chance_and_ceiling(task, preset, ceil)
+  return f"{chance:.1f} / " + ("?" if top is None else f"{top:.1f}")
 
 
 def verdict_section(runs, ceil=None) -> list[str]:
@@ -484,27 +492,25 @@ def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
     names = ", ".join(q for q in sorted({r["preset"] for r in runs if r["task"] == task})
                       if json.dumps(configs.build(q, task, "nope").task.to_dict(),
                                     sort_keys=True) == key)
-    rows.append((f"chance ({names})", 100 / t.num_labels))
-    if task == "distance" and p in ceil:
-      rows.append((f"Bayes ceiling ({names})", ceil[p][0]))
-      rows.append((f"permutation-invariant ceiling ({names})", ceil[p][2]))
-    elif task == "count":
-      rows.append((f"ceiling ({names})", 100.0))
+    _, chance, top, perm = chance_and_ceiling(task, p, ceil)
+    rows.append((f"chance ({names})", chance))
+    if task == "count":
+      rows.append((f"ceiling ({names})", top))
+    elif top is not None:
+      rows.append((f"Bayes ceiling ({names})", top))
+      rows.append((f"permutation-invariant ceiling ({names})", perm))
   return rows
 
 
 def chance_line(runs, task, ceilings_by_preset) -> str:
-  from experiments import configs
-  presets = sorted({r["preset"] for r in runs if r["task"] == task})
   parts = []
-  for p in presets:
-    t = configs.build(p, task, "nope").task
-    txt = f"{p}: chance {100 / t.num_labels:.1f} % ({t.num_labels} classes)"
-    if task == "distance" and p in ceilings_by_preset:
-      b, _, perm, _ = ceilings_by_preset[p]
-      txt += f", Bayes ceiling {b:.1f} %, permutation-invariant ceiling {perm:.1f} %"
-    elif task == "count":
+  for p in sorted({r["preset"] for r in runs if r["task"] == task}):
+    n, chance, top, perm = chance_and_ceiling(task, p, ceilings_by_preset)
+    txt = f"{p}: chance {chance:.1f} % ({n} classes)"
+    if task == "count":
       txt += ", ceiling 100 % (the label is a function of the sentence)"
+    elif top is not None:
+      txt += f", Bayes ceiling {top:.1f} %, permutation-invariant ceiling {perm:.1f} %"
     parts.append(txt)
   return "Chance and ceiling — " + "; ".join(parts) + "."
 
