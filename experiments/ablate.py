@@ -67,7 +67,7 @@ def main(argv):
   try:
     config, rc, trainer, states, data, step = runner.load_run(
         wd, configs.RunConfig.from_dict)
-  except FileNotFoundError as e:
+  except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   ids, labels = data.test_ids, data.test_labels

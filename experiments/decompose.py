@@ -41,7 +41,13 @@ def main(argv):
     print("error: --examples must be >= 1", file=sys.stderr)
     return 2
   from pe_spectral import decompose, plotting, runner
-  config, rc, trainer, states, data, step = runner.load_run(wd, configs.RunConfig.from_dict)
+  try:
+    config, rc, trainer, states, data, step = runner.load_run(
+        wd, configs.RunConfig.from_dict)
+  except runner.CheckpointError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"checkpoint step {step}", file=sys.stderr, flush=True)
   ids = data.test_ids[:FLAGS.examples]
   summ = decompose.summarize(trainer.graphdef, states["params"], ids, rc.model.num_layers)
   ratio = np.stack([trainer.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -196,6 +197,30 @@ def _progress(tag: str):
   return show
 
 
+class _StopOnCtrlC:
+  """First Ctrl-C: finish the current evaluation and its checkpoint, then stop
+  (nothing is lost); a second Ctrl-C stops at once (resume then starts from
+  the last checkpoint saved)."""
+
+  def __init__(self):
+    self.requested = False
+
+  def __enter__(self):
+    self._previous = signal.signal(signal.SIGINT, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    if self.requested:
+      signal.signal(signal.SIGINT, self._previous)
+      raise KeyboardInterrupt
+    self.requested = True
+    print("\nCtrl-C: stopping after the current evaluation and its checkpoint "
+          "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+
+  def __exit__(self, *exc):
+    signal.signal(signal.SIGINT, self._previous)
+
+
 def _seed_group(flag):
   """The runner's ``seed_group``: the flag, with 0 = one vmap over all seeds and
   None = 1 on a CPU backend (there one seed already fills the cores, and a wide
@@ -239,16 +264,23 @@ def main(argv):
       print(f"[{tag}] generating data and compiling; the first progress line comes "
             "after the first evaluation", file=sys.stderr, flush=True)
     try:
-      s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
-                     resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
-                     progress=None if quiet else _progress(tag),
-                     seed_group=_seed_group(FLAGS.seed_group))
-    except (runner.NonFiniteLossError, runner.ConfigMismatchError) as e:
+      with _StopOnCtrlC() as ctrl_c:
+        s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
+                       resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
+                       progress=None if quiet else _progress(tag),
+                       seed_group=_seed_group(FLAGS.seed_group),
+                       should_stop=lambda: ctrl_c.requested)
+    except (runner.NonFiniteLossError, runner.ConfigMismatchError,
+            runner.CheckpointError, runner.WorkdirBusyError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 1
+    except runner.Interrupted as e:
+      print(f"interrupted at step {e.step}, checkpoint saved: rerun the same command "
+            f"to resume {tag} from there", file=sys.stderr, flush=True)
+      return 130
     except KeyboardInterrupt:
       print(f"\ninterrupted: rerun the same command to resume {tag} from its last "
-            "checkpoint", file=sys.stderr, flush=True)
+            "saved checkpoint", file=sys.stderr, flush=True)
       return 130
     rows.append((tag, s))
   if quiet:

@@ -1,25 +1,105 @@
 """The one place that talks to orbax.
 
 A checkpoint holds the seed-stacked train state (``StandardSave``) and a JSON
-metadata item (step, config fingerprint). Saves are asynchronous; call
-:meth:`Checkpointer.close` (or use it as a context manager) so the last save is
-awaited before the process exits.
+metadata item (step, elapsed time, and a checksum of the state). Saves are
+asynchronous; call :meth:`Checkpointer.close` (or use it as a context manager)
+so the last save is awaited before the process exits.
+
+:meth:`Checkpointer.restore_verified` never hands back a state it cannot vouch
+for: it restores the newest step whose files load, whose arrays have the
+expected shapes and dtypes, are finite, and match the checksum stored at save
+time (flipped bytes in a data file otherwise restore silently as wrong numbers);
+failing that, the next older kept step, saying why the newer one was skipped.
 """
 from __future__ import annotations
 
+import contextlib
+import logging as std_logging
 import os
-from typing import Any, Optional
+import shutil
+from typing import Any, Callable, Optional
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "CheckpointError", "tree_checksum"]
+
+
+class CheckpointError(RuntimeError):
+  """No kept checkpoint of a workdir can be used (the message says what to do)."""
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+  """A ``uint32`` digest of one array's bits, order-independent to compute.
+
+  ``Σ_i bits_i · (2i + 1)`` and ``Σ_i (bits_i xor (2i + 1))``, both modulo
+  2³², combined: any change of a single element changes the first sum (its
+  weight is odd), and exact integer sums give the same value on every backend
+  and sharding.
+  """
+  x = jnp.asarray(x)
+  if x.dtype == jnp.bool_:
+    x = x.astype(jnp.uint8)
+  width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+  bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32).reshape(-1)
+  w = jnp.arange(bits.shape[0], dtype=jnp.uint32) * jnp.uint32(2) + jnp.uint32(1)
+  return (jnp.sum(bits * w, dtype=jnp.uint32)
+          ^ (jnp.sum(bits ^ w, dtype=jnp.uint32) * jnp.uint32(0x9E3779B1)))
+
+
+def tree_checksum(tree) -> jax.Array:
+  """``uint32 [num_leaves]``: :func:`_leaf_checksum` of every leaf of ``tree``."""
+  return jnp.stack([_leaf_checksum(x) for x in jax.tree.leaves(tree)])
+
+
+_checksum = jax.jit(tree_checksum)
+
+
+def _all_finite(tree) -> jax.Array:
+  return jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+                    if jnp.issubdtype(x.dtype, jnp.inexact)] or [jnp.bool_(True)]).all()
+
+
+_finite = jax.jit(_all_finite)
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+  """Orbax logs a parse failure at ERROR before raising it; the caller reports
+  the failure in one line instead."""
+  loggers = [std_logging.getLogger(n) for n in ("absl", "orbax")]
+  levels = [lg.level for lg in loggers]
+  for lg in loggers:
+    lg.setLevel(std_logging.CRITICAL)
+  try:
+    yield
+  finally:
+    for lg, lv in zip(loggers, levels):
+      lg.setLevel(lv)
+
+
+def _first_line(e: BaseException, limit: int = 100) -> str:
+  text = str(e).strip().splitlines()
+  text = text[0] if text else ""
+  return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
 
 
 class Checkpointer:
-  """Keep-last-N checkpoints of a train state under ``directory``."""
+  """Keep-last-N checkpoints of a train state under ``directory``.
 
-  def __init__(self, directory: str, *, max_to_keep: int = 2):
+  Args:
+    directory: where the step folders live (created).
+    max_to_keep: how many steps are kept.
+    fetch: turns a (possibly multi-process sharded) array into a host NumPy
+      array (``Trainer.fetch``); default ``np.asarray``.
+  """
+
+  def __init__(self, directory: str, *, max_to_keep: int = 2,
+               fetch: Optional[Callable[[Any], np.ndarray]] = None):
     self.directory = os.path.abspath(directory)
+    self._fetch = fetch or np.asarray
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -27,24 +107,84 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
-    return list(self._manager.all_steps())
+    return sorted(self._manager.all_steps())
+
+  def checksum(self, state) -> list[int]:
+    """The checksum stored with a save of ``state`` (one int per leaf)."""
+    return [int(v) for v in self._fetch(_checksum(state))]
 
   def save(self, step: int, state: Any, meta: dict) -> None:
-    """Starts an asynchronous save of ``state`` and ``meta`` at ``step``."""
+    """Starts an asynchronous save of ``state`` and ``meta`` (plus the state's
+    checksum) at ``step``."""
+    meta = dict(meta, checksum=self.checksum(state))
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-    """Restores ``(state, meta)``; ``abstract_state`` gives shapes/shardings."""
+    """Restores ``(state, meta)`` as stored, unverified; ``abstract_state``
+    gives shapes/shardings. Prefer :meth:`restore_verified`."""
     out = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
         meta=ocp.args.JsonRestore()))
     return out["state"], out["meta"]
 
-  def restore_meta(self, step: int) -> dict:
-    out = self._manager.restore(step, args=ocp.args.Composite(
-        meta=ocp.args.JsonRestore()))
-    return out["meta"]
+  def _problem(self, state, meta, abstract_state) -> Optional[str]:
+    """Why a restored ``(state, meta)`` cannot be used, or None."""
+    if not isinstance(meta, dict) or "checksum" not in meta:
+      return "no checksum in its metadata"
+    got = jax.tree.structure(state)
+    if got != jax.tree.structure(abstract_state):
+      return "its arrays do not match the run's model"
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(abstract_state)):
+      if a.shape != b.shape or a.dtype != b.dtype:
+        return (f"an array of shape {a.shape} {a.dtype} where the run's config "
+                f"needs {b.shape} {b.dtype}")
+    if not bool(self._fetch(_finite(state))):
+      return "non-finite values"
+    if self.checksum(state) != list(meta["checksum"]):
+      return "checksum mismatch (the files were altered after saving)"
+    return None
+
+  def restore_verified(self, abstract_state: Any, *,
+                       steps: Optional[list[int]] = None
+                       ) -> tuple[Any, dict, int, list[str]]:
+    """The newest usable kept checkpoint.
+
+    Tries ``steps`` (default: every kept step), newest first, and returns
+    ``(state, meta, step, skipped)`` for the first that loads and verifies
+    (shapes, finiteness, checksum); ``skipped`` says, one string per newer
+    step, why it was passed over. Raises :class:`CheckpointError` (one line)
+    when none is usable.
+    """
+    skipped = []
+    with _quiet_orbax():
+      try:
+        candidates = sorted(self.all_steps() if steps is None else steps, reverse=True)
+      except Exception as e:  # noqa: BLE001 - unreadable step folders
+        raise CheckpointError(f"cannot list the checkpoints in {self.directory} "
+                              f"({_first_line(e)})") from None
+      for step in candidates:
+        try:
+          state, meta = self.restore(step, abstract_state)
+        except Exception as e:  # noqa: BLE001 - orbax/TensorStore/JSON errors
+          skipped.append(f"step {step}: unreadable ({_first_line(e)})")
+          continue
+        why = self._problem(state, meta, abstract_state)
+        if why is None:
+          return state, meta, step, skipped
+        skipped.append(f"step {step}: {why}")
+    if not candidates:
+      raise CheckpointError(f"no checkpoint in {self.directory}")
+    raise CheckpointError(
+        f"no usable checkpoint in {self.directory} (" + "; ".join(skipped) + ")")
+
+  def delete(self, step: int) -> None:
+    """Removes a kept step (e.g. one that failed verification)."""
+    try:
+      self._manager.delete(step)
+    except Exception:  # noqa: BLE001 - a step too broken for orbax to delete
+      shutil.rmtree(os.path.join(self.directory, str(step)), ignore_errors=True)
+    self._manager.reload()
 
   def wait(self) -> None:
     self._manager.wait_until_finished()

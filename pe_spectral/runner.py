@@ -5,11 +5,16 @@ Workdir layout (everything a table or plot shows is read from these files):
 * ``config.json``   -- the full configuration (model, task, train, seeds, eval_every);
 * ``metrics.jsonl`` -- one JSON object per evaluation: step, examples seen
   (per seed), per-seed values;
-* ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state;
+* ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state,
+  each with a checksum; a resume restores the newest one that verifies
+  (``Checkpointer.restore_verified``), falling back to the older one;
 * ``summary.json``  -- final per-seed accuracies and their mean/std, the
   examples seen, whether each seed plateaued (``stats.plateau``) and the
   device it ran on;
-* ``accuracy.png``  -- train/test accuracy curves (mean ± std over seeds).
+* ``accuracy.png``  -- train/test accuracy curves (mean ± std over seeds);
+* ``.lock``         -- held (``flock``) while a run trains here: a second run on
+  the same workdir is refused; the kernel drops the lock when the holder dies,
+  so a killed run leaves no stale lock.
 
 Rerunning the same command resumes from the last checkpoint and reproduces the
 uninterrupted run exactly (batch order and dropout are functions of
@@ -17,10 +22,14 @@ uninterrupted run exactly (batch order and dropout are functions of
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import math
 import os
 import shutil
 import signal
+import sys
 import time
 from typing import Callable, Optional
 
@@ -29,11 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral import plotting, stats, tasks
-from pe_spectral.checkpoint import Checkpointer
+from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.train import Trainer, seed_mesh
 
 __all__ = ["run", "load_run", "NonFiniteLossError", "ConfigMismatchError",
-           "read_jsonl", "write_json"]
+           "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
+           "write_json"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -42,6 +52,51 @@ class NonFiniteLossError(RuntimeError):
 
 class ConfigMismatchError(RuntimeError):
   """The workdir holds a run with different settings."""
+
+
+class WorkdirBusyError(RuntimeError):
+  """Another process is training in the same workdir."""
+
+
+class Interrupted(Exception):
+  """``should_stop`` asked the run to stop; ``step`` is the checkpoint it left."""
+
+  def __init__(self, step: Optional[int]):
+    super().__init__(step)
+    self.step = step
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+  """Holds ``workdir/.lock`` (an exclusive ``flock``) or raises
+  :class:`WorkdirBusyError` naming the holder. The kernel releases the lock
+  when its process exits, however it exits."""
+  path = os.path.join(workdir, ".lock")
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+      raise WorkdirBusyError(
+          f"{workdir} is in use by another run ({holder}); wait for it to finish, "
+          "or choose another --workdir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+
+
+def _finite_or_none(x):
+  """NaN/inf -> None (JSON null), so metrics.jsonl stays strict JSON."""
+  if isinstance(x, list):
+    return [_finite_or_none(v) for v in x]
+  return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+def _notify_stderr(msg: str) -> None:
+  print(msg, file=sys.stderr, flush=True)
 
 
 def write_json(path: str, obj) -> None:
@@ -98,7 +153,9 @@ def _truncate_jsonl(path: str, step: int) -> list[dict]:
 def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         resume: bool = True, max_to_keep: int = 2, record_spectra: int = 0,
         progress: Optional[Callable[[dict], None]] = None,
-        seed_group: Optional[int] = None) -> dict:
+        seed_group: Optional[int] = None,
+        should_stop: Optional[Callable[[], bool]] = None,
+        notify: Callable[[str], None] = _notify_stderr) -> dict:
   """Trains ``len(seeds)`` models of ``rc`` (an ``experiments.configs.RunConfig``).
 
   Args:
@@ -115,12 +172,18 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     seed_group: vmap this many seeds at a time, groups one after another in
       the same compiled chunk (single device only; default: all seeds at once).
       An execution detail: it is not part of the run's config.
+    should_stop: polled after each evaluation's checkpoint is saved; when it
+      returns True the run stops there and raises :class:`Interrupted`.
+    notify: receives one-line notices (e.g. a checkpoint skipped on resume).
 
   Returns:
     The summary dict (also written to ``summary.json``).
+
+  Raises:
+    ConfigMismatchError, WorkdirBusyError, CheckpointError (no kept checkpoint
+    verifies), NonFiniteLossError, Interrupted: each with a one-line message.
   """
   writer = jax.process_index() == 0
-  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
   t_start = time.time()
   data = tasks.generate(rc.task)
   num_train = data.train_ids.shape[0]
@@ -137,6 +200,24 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   paths = {k: os.path.join(workdir, v) for k, v in dict(
       config="config.json", metrics="metrics.jsonl", summary="summary.json",
       plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl").items()}
+  if writer:
+    os.makedirs(workdir, exist_ok=True)
+  with workdir_lock(workdir) if writer else contextlib.nullcontext():
+    return _checked_run(rc, seeds, workdir, trainer, data, config, paths,
+                        eval_every=eval_every, resume=resume,
+                        max_to_keep=max_to_keep, record_spectra=record_spectra,
+                        progress=progress, should_stop=should_stop, notify=notify,
+                        t_start=t_start)
+
+
+def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
+                 resume, max_to_keep, record_spectra, progress, should_stop, notify,
+                 t_start) -> dict:
+  """:func:`run` once the workdir is locked: config checks, resume, train, files."""
+  writer = jax.process_index() == 0
+  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
+  total = trainer.total_steps
+  num_train = data.train_ids.shape[0]
   if (resume and not os.path.exists(paths["config"]) and os.path.isdir(paths["ckpt"])
       and os.listdir(paths["ckpt"])):
     raise ConfigMismatchError(
@@ -158,7 +239,6 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         os.remove(paths[key])
     shutil.rmtree(paths["ckpt"], ignore_errors=True)
   if writer:  # only after every check has passed
-    os.makedirs(workdir, exist_ok=True)
     write_json(paths["config"], config)
 
   keys = trainer.shard(trainer.seed_keys(seeds))
@@ -168,12 +248,22 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                          data.test_labels, data.train_ids[:n_sub],
                          data.train_labels[:n_sub])))
 
-  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep)
+  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=trainer.fetch)
   try:
     step, elapsed = 0, 0.0
-    latest = ckpt.latest_step() if resume else None
-    if latest is not None:
-      states, meta = ckpt.restore(latest, trainer.abstract_state(len(seeds)))
+    kept_steps = ckpt.all_steps() if resume else []
+    if kept_steps:
+      try:
+        states, meta, step, skipped = ckpt.restore_verified(
+            trainer.abstract_state(len(seeds)))
+      except CheckpointError as e:
+        raise CheckpointError(f"{e}; pass --noresume to start {workdir} over") from None
+      if skipped and writer:
+        for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
+          ckpt.delete(bad)
+      if skipped:
+        notify(f"resuming from checkpoint step {step}, not "
+               + "; ".join(skipped))
       step, elapsed = int(meta["step"]), float(meta["elapsed"])
       records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
     else:
@@ -216,10 +306,11 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
              "test_accuracy": np.asarray(test_acc).tolist(),
              "train_accuracy": np.asarray(train_acc).tolist(),
              "elapsed": elapsed}
+      rec = {k: _finite_or_none(v) for k, v in rec.items()}
       records.append(rec)
       if writer:
         with open(paths["metrics"], "a") as f:
-          f.write(json.dumps(rec) + "\n")
+          f.write(json.dumps(rec, allow_nan=False) + "\n")
       if record_spectra:
         spec = _spectra_record(trainer, states, probe_ids, step)
         if writer:
@@ -228,6 +319,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       ckpt.save(step, states, {"step": step, "elapsed": elapsed})
       if kill_at == step:  # fault injection for the resume test (SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+      if should_stop is not None and should_stop() and step < total:
+        ckpt.wait()
+        raise Interrupted(step)
       if progress:
         progress({"step": step, "total": total, "steps_per_s": k / dt,
                   "eta_s": (total - step) * dt / k,
@@ -238,6 +332,10 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   finally:
     ckpt.close()  # awaits the asynchronous save
 
+  if not records or records[-1]["step"] != total:
+    raise CheckpointError(
+        f"{paths['metrics']} lacks the evaluations up to step {total} that the "
+        f"checkpoint has passed; pass --noresume to train {workdir} again")
   last = records[-1]
   test = np.asarray(last["test_accuracy"])
   device = jax.devices()[0]
@@ -268,12 +366,15 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   return summary
 
 
-def load_run(workdir: str, run_config_from_dict):
-  """Reloads a trained run: ``(config dict, trainer, states, data, step)``.
+def load_run(workdir: str, run_config_from_dict,
+             notify: Callable[[str], None] = _notify_stderr):
+  """Reloads a trained run: ``(config dict, rc, trainer, states, data, step)``.
 
   ``run_config_from_dict`` rebuilds the run config (``RunConfig.from_dict``);
   the dataset is regenerated from its ``data_seed`` (deterministic), the
-  state restored from the latest checkpoint.
+  state restored from the newest checkpoint that verifies (shapes, finite,
+  checksum; ``Checkpointer.restore_verified``). A skipped newer checkpoint is
+  reported through ``notify``; with none usable, :class:`CheckpointError`.
   """
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
@@ -283,13 +384,12 @@ def load_run(workdir: str, run_config_from_dict):
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
                     mesh=seed_mesh(len(seeds)))
   if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
-    raise FileNotFoundError(f"no checkpoint under {workdir}/ckpt")
-  ckpt = Checkpointer(os.path.join(workdir, "ckpt"))
+    raise CheckpointError(f"no checkpoint under {workdir}/ckpt")
+  ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=trainer.fetch)
   try:
-    step = ckpt.latest_step()
-    if step is None:
-      raise FileNotFoundError(f"no checkpoint under {workdir}/ckpt")
-    states, _ = ckpt.restore(step, trainer.abstract_state(len(seeds)))
+    states, _, step, skipped = ckpt.restore_verified(trainer.abstract_state(len(seeds)))
   finally:
     ckpt.close()
+  if skipped:
+    notify(f"using checkpoint step {step}, not " + "; ".join(skipped))
   return config, rc, trainer, states, data, step

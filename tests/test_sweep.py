@@ -9,13 +9,8 @@ import jax
 import pytest
 
 
-def _sweep(*args, env=None, check=True):
-  full_env = dict(os.environ, **(env or {}))
-  out = subprocess.run([sys.executable, "-m", "experiments.sweep", *args],
-                       capture_output=True, text=True, env=full_env)
-  if check and out.returncode != 0:
-    raise AssertionError(f"sweep failed ({out.returncode}):\n{out.stderr[-3000:]}")
-  return out
+from conftest import SWEEP_COMMON as COMMON
+from conftest import run_sweep as _sweep
 
 
 def _summary(workdir):
@@ -23,14 +18,9 @@ def _summary(workdir):
     return json.load(f)
 
 
-COMMON = ["--preset=smoke", "--seeds=2", "--steps=24", "--eval_every=6"]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-  wd = str(tmp_path_factory.mktemp("ref") / "run")
-  out = _sweep(*COMMON, f"--workdir={wd}")
-  return wd, out
+@pytest.fixture
+def reference(sweep_reference):
+  return sweep_reference
 
 
 def test_sweep_writes_workdir(reference):
@@ -74,6 +64,33 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
   a, b = _summary(wd2), _summary(wd)
   assert a["test_accuracy"] == b["test_accuracy"]
   assert a["train_accuracy"] == b["train_accuracy"]
+
+
+def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
+  """Ctrl-C finishes the current evaluation and its checkpoint, then exits 130
+  with one line naming the step to resume from; no traceback."""
+  import re
+  wd = str(tmp_path / "ctrl-c")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
+       "--steps=600", "--eval_every=6", f"--workdir={wd}"],
+      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  lines = []
+  try:
+    for line in proc.stderr:
+      lines.append(line)
+      if "step 6/600" in line:
+        proc.send_signal(signal.SIGINT)
+        break
+    err = "".join(lines) + proc.stderr.read()
+    rc = proc.wait(timeout=120)
+  finally:
+    proc.kill()
+  assert rc == 130, err[-2000:]
+  m = re.search(r"interrupted at step (\d+), checkpoint saved", err)
+  assert m and "Traceback" not in err, err[-2000:]
+  assert not os.path.exists(os.path.join(wd, "summary.json"))
+  assert str(int(m.group(1))) in os.listdir(os.path.join(wd, "ckpt"))
 
 
 def test_finished_run_is_not_retrained(reference):

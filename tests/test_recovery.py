@@ -1,0 +1,178 @@
+"""Recovery that never keeps a bad state: verified restore with fallback, the
+workdir lock, the stop request, strict-JSON metrics (in-process; smoke preset)."""
+import fcntl
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import runner
+from pe_spectral.checkpoint import CheckpointError, Checkpointer, tree_checksum
+
+STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,
+         "count": jnp.arange(3, dtype=jnp.int32)}
+
+
+def _largest_data_file(d, step):
+  files = glob.glob(f"{d}/{step}/state/**/d/*", recursive=True)
+  return max(files, key=os.path.getsize)
+
+
+def _flip_byte(path, offset_frac=0.6):
+  with open(path, "rb") as f:
+    b = bytearray(f.read())
+  i = int(len(b) * offset_frac)
+  b[i] ^= 0xFF
+  with open(path, "wb") as f:
+    f.write(bytes(b))
+
+
+FAULTS = {
+    "truncated data file": lambda d: open(_largest_data_file(d, 2), "r+b").truncate(64),
+    "flipped bytes": lambda d: _flip_byte(_largest_data_file(d, 2)),
+    "broken metadata": lambda d: open(f"{d}/2/meta/metadata", "w").write("{not json"),
+    "broken array metadata": lambda d: open(f"{d}/2/state/_METADATA", "w").write("{"),
+    "empty step dir": lambda d: os.makedirs(f"{d}/3"),
+    "missing state": lambda d: shutil.rmtree(f"{d}/2/state"),
+}
+
+
+def _two_steps(d, second=None):
+  with Checkpointer(d) as c:
+    c.save(1, STATE, {"step": 1})
+    c.save(2, second if second is not None else
+           jax.tree.map(lambda x: x * 2, STATE), {"step": 2})
+
+
+def test_checksum_changes_with_any_single_element_and_not_otherwise():
+  base = np.asarray(tree_checksum(STATE))
+  assert (np.asarray(tree_checksum(jax.tree.map(jnp.array, STATE))) == base).all()
+  rng = np.random.default_rng(0)
+  for _ in range(20):  # one element of one leaf nudged by one ulp
+    i, j = rng.integers(12), rng.integers(100)
+    w = STATE["w"].at[i, j].set(jnp.nextafter(STATE["w"][i, j], jnp.float32(1e9)))
+    got = np.asarray(tree_checksum(dict(STATE, w=w)))
+    assert got[1] != base[1] and got[0] == base[0]  # leaves in key order: count, w
+  # two elements swapped: the sum of values is unchanged, the digest is not
+  w = STATE["w"].at[0, 0].set(STATE["w"][0, 1]).at[0, 1].set(STATE["w"][0, 0])
+  assert np.asarray(tree_checksum(dict(STATE, w=w)))[1] != base[1]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_restore_verified_falls_back_past_each_fault(fault, tmp_path):
+  d = str(tmp_path / "ckpt")
+  _two_steps(d)
+  FAULTS[fault](d)
+  abstract = jax.eval_shape(lambda: STATE)
+  with Checkpointer(d) as c:
+    state, meta, step, skipped = c.restore_verified(abstract)
+  good = 2 if fault == "empty step dir" else 1  # the broken one is step 3 there
+  assert step == good and meta["step"] == good
+  for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(STATE)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b) * good)  # bit-exact
+  assert len(skipped) == 1 and "\n" not in skipped[0]
+  assert skipped[0].startswith(f"step {good + 1}:"), skipped
+
+
+def test_restore_verified_rejects_non_finite_and_wrong_shapes(tmp_path):
+  d = str(tmp_path / "ckpt")
+  _two_steps(d, second=dict(STATE, w=STATE["w"].at[3, 3].set(jnp.nan)))
+  with Checkpointer(d) as c:
+    _, _, step, skipped = c.restore_verified(jax.eval_shape(lambda: STATE))
+  assert step == 1 and "non-finite" in skipped[0], skipped
+  other = {"w": jax.ShapeDtypeStruct((12, 99), jnp.float32),
+           "count": jax.ShapeDtypeStruct((3,), jnp.int32)}
+  with Checkpointer(d) as c:
+    with pytest.raises(CheckpointError) as e:
+      c.restore_verified(other)
+  assert "no usable checkpoint" in str(e.value) and "\n" not in str(e.value)
+  assert "step 2" in str(e.value) and "step 1" in str(e.value)
+
+
+def _smoke():
+  from experiments import configs
+  return configs.build("smoke", "distance", "rope", steps=24)  # conftest.SWEEP_COMMON
+
+
+def _run(wd, **kw):  # in process, as the sweep CLI runs it on CPU (seed groups of 1)
+  return runner.run(_smoke(), [0, 1], wd, eval_every=6, seed_group=1, **kw)
+
+
+def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
+  """Stopped at step 12 (checkpoints 6 and 12 kept), step 12's data flipped:
+  the resume names both steps in one line, restarts from step 6, and ends
+  where the uninterrupted sweep ended, bit for bit. With both kept
+  checkpoints broken, one line says what to do."""
+  with open(os.path.join(sweep_reference[0], "summary.json")) as f:
+    reference = json.load(f)
+  wd = str(tmp_path / "run")
+  calls = []
+  with pytest.raises(runner.Interrupted) as e:
+    _run(wd, should_stop=lambda: calls.append(1) or len(calls) >= 2)
+  assert e.value.step == 12
+  assert not os.path.exists(os.path.join(wd, "summary.json"))
+  _flip_byte(_largest_data_file(os.path.join(wd, "ckpt"), 12))
+
+  both = str(tmp_path / "both-broken")
+  shutil.copytree(wd, both)
+  with open(os.path.join(both, "ckpt", "6", "meta", "metadata"), "w") as f:
+    f.write("{")
+  with pytest.raises(CheckpointError) as e:
+    _run(both)
+  msg = str(e.value)
+  assert "no usable checkpoint" in msg and "--noresume" in msg and "\n" not in msg
+  assert "step 12: checksum" in msg and "step 6: unreadable" in msg, msg
+
+  notes = []
+  s = _run(wd, notify=notes.append)
+  assert len(notes) == 1 and "step 6" in notes[0] and "step 12: checksum" in notes[0], notes
+  assert s["test_accuracy"] == reference["test_accuracy"]
+  assert s["train_accuracy"] == reference["train_accuracy"]
+  steps = [r["step"] for r in runner.read_jsonl(os.path.join(wd, "metrics.jsonl"))]
+  assert steps == [6, 12, 18, 24]
+  # a finished run whose metrics are gone: one line, not an IndexError
+  os.remove(os.path.join(wd, "metrics.jsonl"))
+  os.remove(os.path.join(wd, "summary.json"))
+  with pytest.raises(CheckpointError) as e:
+    _run(wd)
+  assert "--noresume" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_second_run_on_a_locked_workdir_is_refused(tmp_path):
+  wd = str(tmp_path / "busy")
+  os.makedirs(wd)
+  with runner.workdir_lock(wd):
+    with pytest.raises(runner.WorkdirBusyError) as e:
+      _run(wd)
+  assert f"pid {os.getpid()}" in str(e.value)
+  assert not os.path.exists(os.path.join(wd, "config.json"))  # refused before writing
+  # a holder that dies (SIGKILL) leaves no stale lock: the kernel drops it
+  child = subprocess.Popen([sys.executable, "-c", (
+      "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+      "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"),
+      os.path.join(wd, ".lock")], stdout=subprocess.PIPE, text=True)
+  assert child.stdout.readline().strip() == "held"
+  with pytest.raises(runner.WorkdirBusyError):
+    with runner.workdir_lock(wd):
+      pass
+  child.kill()
+  child.wait()
+  with runner.workdir_lock(wd):  # free again
+    fd = os.open(os.path.join(wd, ".lock"), os.O_RDWR)
+    with pytest.raises(OSError):
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
+
+
+def test_metrics_rows_are_strict_json():
+  row = {"step": 3, "test_loss": [float("nan"), 1.5, float("inf")], "elapsed": 2.0}
+  clean = {k: runner._finite_or_none(v) for k, v in row.items()}
+  text = json.dumps(clean, allow_nan=False)
+  assert json.loads(text)["test_loss"] == [None, 1.5, None]
