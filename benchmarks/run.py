@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import time
 
 from pe_spectral import xla_config
@@ -139,7 +138,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
                             seed_group=g)
     measure(f"{seeds} in groups of {g}", grouped.seed_keys(list(range(seeds))), tr=grouped)
   rows["flops_per_step"] = flops
-  rows["chunk_traces"] = tr._chunk._cache_size()
+  rows["chunk_traces"] = tr.chunk_traces
   rows["batch"] = batch
   rows["model"] = dataclasses.asdict(rc.model)
   return rows
@@ -215,7 +214,7 @@ def ablation_rows(log, preset: str, seeds: int, examples: int):
                                         mask_chunk=4)["ablated"]
     times[method] = min(_timed(run)[0] for _ in range(2))  # first call compiles
   masks = ablation.head_masks(rc.model.num_layers, rc.model.num_heads)
-  ev = jax.jit(jax.vmap(lambda p, m: tr._eval_one(p, ids, labels, head_mask=m)[0],
+  ev = jax.jit(jax.vmap(lambda p, m: tr.evaluate_params(p, ids, labels, head_mask=m)[0],
                         in_axes=(0, None)))
   jax.block_until_ready(ev(params, masks[0]))
 

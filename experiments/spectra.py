@@ -20,7 +20,6 @@ circulant outer bounds.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time

@@ -221,7 +221,7 @@ class _StopOnCtrlC:
     signal.signal(signal.SIGINT, self._previous)
 
 
-def _seed_group(flag):
+def resolve_seed_group(flag):
   """The runner's ``seed_group``: the flag, with 0 = one vmap over all seeds and
   None = 1 on a CPU backend (there one seed already fills the cores, and a wide
   vmap turns every matmul into a slower batched one), all seeds elsewhere."""
@@ -268,7 +268,7 @@ def main(argv):
         s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
                        resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
                        progress=None if quiet else _progress(tag),
-                       seed_group=_seed_group(FLAGS.seed_group),
+                       seed_group=resolve_seed_group(FLAGS.seed_group),
                        should_stop=lambda: ctrl_c.requested)
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,
             runner.CheckpointError, runner.WorkdirBusyError) as e:

@@ -23,7 +23,6 @@ Modes:
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax
@@ -72,7 +71,7 @@ def _chunked_vmap(fn, xs, chunk: Optional[int]):
 def _masked_accuracies(trainer, p, ids, labels, masks, chunk):
   """Reference path: the full masked model per mask. ``(baseline, [n_masks])``."""
   cfg = trainer.model_cfg
-  acc_of = lambda m: trainer._eval_one(p, ids, labels, head_mask=m)[0]
+  acc_of = lambda m: trainer.evaluate_params(p, ids, labels, head_mask=m)[0]
   return (acc_of(jnp.ones((cfg.num_layers, cfg.num_heads))),
           _chunked_vmap(acc_of, masks, chunk))
 
@@ -132,16 +131,17 @@ def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
   if leak and method == "shared":
     method = "masked"  # the leak touches earlier layers: no prefix to share
   cfg = trainer.model_cfg
-  fn = _compiled(trainer, mode, leak, mask_chunk, method)
+  fn = trainer.memo(("ablate_heads", mode, leak, mask_chunk, method),
+                    lambda: _compile(trainer, mode, leak, mask_chunk, method))
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = trainer.fetch(base), trainer.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
 
 
-@functools.lru_cache(maxsize=16)
-def _compiled(trainer, mode, leak, mask_chunk, method):
-  """One jitted all-seeds ablation per (trainer, options): repeated calls
-  (e.g. several splits, or a benchmark) reuse its compilation."""
+def _compile(trainer, mode, leak, mask_chunk, method):
+  """The jitted all-seeds ablation for these options; ``ablate_heads`` keeps it
+  on the trainer (``Trainer.memo``), so repeated calls (several splits, a
+  benchmark) reuse its compilation and it goes when the trainer goes."""
   cfg = trainer.model_cfg
   L, H = cfg.num_layers, cfg.num_heads
   masks = head_masks(L, H, mode=mode, leak=leak)  # [L * H, L, H]

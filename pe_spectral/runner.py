@@ -34,7 +34,6 @@ import time
 from typing import Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral import plotting, stats, tasks
@@ -88,10 +87,10 @@ def workdir_lock(workdir: str):
     os.close(fd)  # releases the lock
 
 
-def _finite_or_none(x):
+def json_safe(x):
   """NaN/inf -> None (JSON null), so metrics.jsonl stays strict JSON."""
   if isinstance(x, list):
-    return [_finite_or_none(v) for v in x]
+    return [json_safe(v) for v in x]
   return x if not isinstance(x, float) or math.isfinite(x) else None
 
 
@@ -115,7 +114,7 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
   keys = sorted(set(a) | set(b))
   out = []
   for k in keys:
@@ -123,7 +122,7 @@ def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     if (k not in a and vb is None) or (k not in b and va is None):
       continue  # a field added later with its None default: same run
     if isinstance(va, dict) and isinstance(vb, dict):
-      out += _config_diff(va, vb, f"{prefix}{k}.")
+      out += config_diff(va, vb, f"{prefix}{k}.")
     elif va != vb:
       out.append(f"{prefix}{k}: {va!r} -> {vb!r}")
   return out
@@ -227,7 +226,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
-    diff = _config_diff(old, config)
+    diff = config_diff(old, config)
     if resume and diff:
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
@@ -306,7 +305,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
              "test_accuracy": np.asarray(test_acc).tolist(),
              "train_accuracy": np.asarray(train_acc).tolist(),
              "elapsed": elapsed}
-      rec = {k: _finite_or_none(v) for k, v in rec.items()}
+      rec = {k: json_safe(v) for k, v in rec.items()}
       records.append(rec)
       if writer:
         with open(paths["metrics"], "a") as f:

@@ -19,9 +19,8 @@ Loss/accuracy rules (``LabelRule``):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import chex
 import jax
@@ -176,6 +175,8 @@ class Trainer:
     self._chunk = jax.jit(chunk, static_argnames="num_steps",
                           donate_argnums=(0,))
     self._eval = jax.jit(self._eval_impl)
+    self.chunk_traces = 0  # times the training chunk was traced (compiled)
+    self._memo: dict = {}
     self._init = jax.jit(jax.vmap(self.init_one))
     self._finite = jax.jit(self._finite_impl)
 
@@ -292,6 +293,7 @@ class Trainer:
     return jax.lax.scan(body, state, None, length=num_steps)
 
   def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
+    self.chunk_traces += 1  # Python side effect: runs once per trace
     run = lambda st, k: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
         st, k, train_ids, train_labels, num_steps)
     n, g = keys.shape[0], self.seed_group
@@ -337,7 +339,11 @@ class Trainer:
             jnp.pad(labels, (0, pad)).reshape(nb, bs),
             (jnp.arange(nb * bs) < n).reshape(nb, bs))
 
-  def _eval_one(self, params, ids, labels, head_mask=None):
+  def evaluate_params(self, params, ids, labels, head_mask=None):
+    """``(accuracy, mean loss)`` of ONE seed's ``params`` on ``(ids, labels)`` in
+    eval mode (no dropout), optionally with ``head_mask [layers, heads]``
+    scaling each head's output. A pure function: jit/vmap it freely (the
+    ablation vmaps it over masks, :meth:`evaluate` over seeds)."""
     ids_b, labels_b, real_b = self.eval_batches(ids, labels)
 
     def one(args):
@@ -350,7 +356,14 @@ class Trainer:
     return correct.sum() / count, loss_sum.sum() / count
 
   def _eval_impl(self, params, ids, labels):
-    return jax.vmap(self._eval_one, in_axes=(0, None, None))(params, ids, labels)
+    return jax.vmap(self.evaluate_params, in_axes=(0, None, None))(params, ids, labels)
+
+  def memo(self, key, build: Callable[[], Any]):
+    """``build()`` once per ``key`` for this trainer (e.g. a jitted ablation),
+    kept as long as the trainer lives."""
+    if key not in self._memo:
+      self._memo[key] = build()
+    return self._memo[key]
 
   def evaluate(self, states, ids, labels):
     """(accuracy ``[seeds]``, mean loss ``[seeds]``) in eval mode (no dropout)."""

@@ -24,12 +24,12 @@ def test_ablate_heads_equals_python_loop(trained):
   assert res["ablated"].shape == (2, cfg.num_layers, cfg.num_heads)
   for s in range(2):
     p = jax.tree.map(lambda x: x[s], states["params"])
-    base = float(tr._eval_one(p, data.test_ids, data.test_labels)[0])
+    base = float(tr.evaluate_params(p, data.test_ids, data.test_labels)[0])
     assert res["baseline"][s] == pytest.approx(base, abs=1e-6)
     for l in range(cfg.num_layers):
       for h in range(cfg.num_heads):
         mask = jnp.ones((cfg.num_layers, cfg.num_heads)).at[l, h].set(0.0)
-        acc = float(tr._eval_one(p, data.test_ids, data.test_labels, head_mask=mask)[0])
+        acc = float(tr.evaluate_params(p, data.test_ids, data.test_labels, head_mask=mask)[0])
         assert res["ablated"][s, l, h] == pytest.approx(acc, abs=1e-6)
   assert np.abs(res["ablated"] - res["baseline"][:, None, None]).max() > 0
 

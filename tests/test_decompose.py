@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,12 +7,9 @@ import pytest
 from flax import nnx
 
 from pe_spectral import decompose as D
-from pe_spectral import positional, spectral as S
-from pe_spectral.model import PRESETS, ModelConfig, apply_model, init_model
+from pe_spectral.model import PRESETS, ModelConfig, init_model
 
 TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, dropout=0.0)
-PES = [p for p in positional.PE_NAMES if p != "mla"]
-
 
 def _ids(b=2, s=10, full=False):
   ids = jax.random.randint(jax.random.key(1), (b, s), 1, 23)
@@ -19,39 +18,126 @@ def _ids(b=2, s=10, full=False):
   return jnp.where(jnp.arange(s)[None] < jnp.asarray([10, 6])[:, None], ids, 0)
 
 
-@pytest.mark.parametrize("faithful", [False, True])
-@pytest.mark.parametrize("pe", PES)
-def test_terms_sum_to_logits(pe, faithful):
+def _np(x):
+  return np.asarray(x, np.float64)
+
+
+def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
+  """Float64 NumPy loops, written from the definitions (not the model's code):
+  pre-LN of the layer input, q/k projections, RoPE on the first
+  ``num_rope_heads`` heads (interleaved pairs (2i, 2i+1) turned by
+  m·base^(-2i/d)), scaled dot products, plus the layer's ALiBi or relative bias
+  (``-slope_h·|i-j|`` / table[clip(j-i)]). ``[batch, heads, n, n]``."""
+  blk = params["blocks"][layer]
+  def ln(x):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-5) * _np(blk["ln1"]["scale"]) + _np(blk["ln1"]["bias"])
+  hq = ln(_np(x_layer))
+  hk = _np(e) if cfg.kv_from_input else hq
+  proj = lambda x, name: x @ _np(blk["attn"][name]["kernel"]) + _np(blk["attn"][name]["bias"])
+  q, k = proj(hq, "q_proj"), proj(hk, "k_proj")
+  b, n, _ = q.shape
+  H, d = cfg.num_heads, cfg.head_dim
+  q, k = q.reshape(b, n, H, d), k.reshape(b, n, H, d)
+  if rotate:
+    for head in range(cfg.num_rope_heads):
+      for m in range(n):
+        for i in range(d // 2):
+          t = m * cfg.rope_base ** (-2.0 * i / d)
+          c, s_ = np.cos(t), np.sin(t)
+          for x in (q, k):
+            x0, x1 = x[:, m, head, 2 * i].copy(), x[:, m, head, 2 * i + 1].copy()
+            x[:, m, head, 2 * i], x[:, m, head, 2 * i + 1] = c * x0 - s_ * x1, s_ * x0 + c * x1
+  out = np.zeros((b, H, n, n))
+  for head in range(H):
+    for i in range(n):
+      for j in range(n):
+        out[:, head, i, j] = (q[:, i, head] * k[:, j, head]).sum(-1) / np.sqrt(d)
+  if cfg.spec.bias == "alibi":
+    slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
+              else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
+    for head in range(H):
+      for i in range(n):
+        for j in range(n):
+          out[:, head, i, j] -= slopes[head] * abs(i - j)
+  elif cfg.spec.bias == "relative":
+    table, r = _np(blk["rel_table"]), cfg.relative_distance
+    for i in range(n):
+      for j in range(n):
+        out[:, :, i, j] += table[min(max(j - i, -r), r) + r]
+  return out
+
+
+ORACLE_PES = [(pe, False) for pe in ("nope", "sinusoidal", "learned", "alibi",
+                                      "relative", "rope", "rope_sinusoidal",
+                                      "partial_rope")]
+ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal")]
+
+
+@pytest.mark.parametrize("pe,faithful", ORACLE_PES)
+def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
+  """The decomposition's logits, its θ = 0 logits and its four content/position
+  Grams against the float64 loop oracle; and the logits the model's own
+  forward pass feeds its softmax (captured there) against the same oracle."""
+  from pe_spectral import attention
   cfg = ModelConfig(pe=pe, faithful=faithful, rope_heads=1, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
-  ids = _ids()
+  ids = _ids(full=True)
+  model = nnx.merge(graphdef, params)
+  _, e, xs = model.forward(ids)
+  _, e_c, xs_c = model.forward(ids, input_pe=False)
+  captured = []
+  original = attention._probs
+  def spy(q, k, bias, mask, scale, dtype):
+    captured.append(np.asarray(attention.attention_logits(q * scale, k, bias=bias,
+                                                          scale=1.0)))
+    return original(q, k, bias, mask, scale, dtype)
+  monkeypatch.setattr(attention, "_probs", spy)
+  model(ids)  # un-jitted: concrete values reach the spy
+  assert len(captured) == cfg.num_layers
   for layer in range(cfg.num_layers):
     t = D.layer_terms(graphdef, params, ids, layer)
-    total = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
-    np.testing.assert_allclose(total, t["logits_theta0"], atol=2e-5)
-    if cfg.num_rope_heads:
-      np.testing.assert_allclose(t["hadamard"], t["logits"], atol=5e-5)
-    else:
-      np.testing.assert_allclose(t["logits"], t["logits_theta0"], atol=1e-6)
+    want = _oracle_logits(params, cfg, xs[layer], e, layer)
+    np.testing.assert_allclose(t["logits"], want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(captured[layer], want, atol=2e-5, rtol=1e-5)
+    want0 = _oracle_logits(params, cfg, xs[layer], e, layer, rotate=False)
+    np.testing.assert_allclose(t["logits_theta0"], want0, atol=2e-5, rtol=1e-5)
+    # content-only counterpart: the same oracle on the content stream, no bias
+    plain = dataclasses.replace(cfg, pe="nope") if cfg.spec.bias else cfg
+    g_cc = _oracle_logits(params, plain, xs_c[layer], e_c, layer, rotate=False)
+    np.testing.assert_allclose(t["G_cc"], g_cc, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"],
+                               want0 - g_cc, atol=3e-5, rtol=1e-5)
+    if cfg.num_rope_heads:  # the Hadamard form is the rotated logits
+      np.testing.assert_allclose(t["hadamard"], want, atol=5e-5, rtol=1e-5)
     if cfg.spec.input is None:  # position enters only through bias/rotation
       assert float(jnp.abs(t["G_pp"]).max()) == 0.0
     else:
       assert float(jnp.abs(t["G_pp"]).max()) > 0.0
 
 
-def test_logits_match_attention_module():
-  """The decomposition's logits are the module's own (pre-softmax) logits."""
-  cfg = ModelConfig(pe="alibi", **TINY)
-  graphdef, params = init_model(cfg, jax.random.key(0))
-  ids = _ids(full=True)
-  model = nnx.merge(graphdef, params)
-  _, e, xs = model.forward(ids)
-  block = model.blocks[1]
-  h = block.ln1(xs[1])
-  q, k = block.attn.project_qk(h, h, jnp.arange(10))
-  want = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(cfg.head_dim) + model.alibi(10)
-  np.testing.assert_allclose(D.layer_terms(graphdef, params, ids, 1)["logits"], want,
-                             atol=1e-5)
+@pytest.mark.parametrize("pe", ["rope", "alibi", "relative", "learned"])
+def test_causal_model_ignores_future_tokens(pe):
+  """With ``causal=True`` changing token t leaves every earlier position's
+  hidden state unchanged (and changes later ones); without, earlier ones move."""
+  ids = _ids(b=2, s=10, full=True)
+  changed = ids.at[:, 6].set(jnp.where(ids[:, 6] == 3, 4, 3))
+  for causal in (True, False):
+    cfg = ModelConfig(pe=pe, causal=causal, rope_heads=1, **TINY)
+    graphdef, params = init_model(cfg, jax.random.key(2))
+    model = nnx.merge(graphdef, params)
+    def last(x):  # the last block's output at every position
+      _, e, xs = model.forward(x)
+      return model.blocks[-1](xs[-1], e, **model.context(x), head_mask=None, key=None)
+    a, b = last(ids), last(changed)
+    early = float(jnp.abs(a[:, :6] - b[:, :6]).max())
+    late = float(jnp.abs(a[:, 6:] - b[:, 6:]).max())
+    assert late > 1e-4
+    if causal:
+      assert early == 0.0, (pe, early)
+    else:
+      assert early > 1e-4, pe
 
 
 def test_theta0_counterpart_equals_nope_model_with_same_weights():

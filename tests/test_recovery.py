@@ -173,6 +173,6 @@ def test_second_run_on_a_locked_workdir_is_refused(tmp_path):
 
 def test_metrics_rows_are_strict_json():
   row = {"step": 3, "test_loss": [float("nan"), 1.5, float("inf")], "elapsed": 2.0}
-  clean = {k: runner._finite_or_none(v) for k, v in row.items()}
+  clean = {k: runner.json_safe(v) for k, v in row.items()}
   text = json.dumps(clean, allow_nan=False)
   assert json.loads(text)["test_loss"] == [None, 1.5, None]

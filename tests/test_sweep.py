@@ -228,14 +228,14 @@ def test_config_fields_added_later_with_none_default_still_match():
   from pe_spectral import runner
   old = {"run": {"model": {"pe": "alibi", "d_model": 64}}, "seeds": [0]}
   new = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": None}}, "seeds": [0]}
-  assert runner._config_diff(old, new) == []
+  assert runner.config_diff(old, new) == []
   changed = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": "paper"}},
              "seeds": [0]}
-  assert runner._config_diff(old, changed) == ["run.model.alibi_slopes: None -> 'paper'"]
+  assert runner.config_diff(old, changed) == ["run.model.alibi_slopes: None -> 'paper'"]
 
 
 def test_seed_group_default_follows_backend():
   from experiments import sweep
-  assert sweep._seed_group(None) == (1 if jax.default_backend() == "cpu" else None)
-  assert sweep._seed_group(0) is None  # one vmap over all seeds
-  assert sweep._seed_group(2) == 2
+  assert sweep.resolve_seed_group(None) == (1 if jax.default_backend() == "cpu" else None)
+  assert sweep.resolve_seed_group(0) is None  # one vmap over all seeds
+  assert sweep.resolve_seed_group(2) == 2
