@@ -25,6 +25,7 @@ same steps). Pure use:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import chex
@@ -102,6 +103,8 @@ class ModelConfig:
       raise ValueError(
           f"d_model ({self.d_model}) must be divisible by num_heads "
           f"({self.num_heads})")
+    if not (math.isfinite(self.rope_base) and self.rope_base > 0):
+      raise ValueError(f"rope_base must be a finite number > 0, got {self.rope_base}")
     if self.alibi_slopes not in (None, "standard", "paper"):
       raise ValueError(f"alibi_slopes must be 'standard' or 'paper', got "
                        f"{self.alibi_slopes!r}")
@@ -363,6 +366,7 @@ class TransformerClassifier(nnx.Module):
     """
     cfg = self.cfg
     chex.assert_rank(ids, 2)
+    check_token_ids(ids, cfg.vocab_size)
     if head_mask is not None:
       chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
     e = self.embed_inputs(ids) if input_pe else self.embed(ids)
@@ -393,6 +397,23 @@ class TransformerClassifier(nnx.Module):
     else:
       pooled = x.mean(1)
     return self.head(pooled)
+
+
+def check_token_ids(ids, vocab_size: int) -> None:
+  """Raises ``ValueError`` if concrete ``ids`` leave ``[0, vocab_size)``.
+
+  An out-of-range id would otherwise be clamped by the embedding gather without
+  a word. Traced ids (inside ``jit``/``vmap``) cannot be inspected and pass:
+  the runner checks the whole dataset once before training.
+  """
+  if isinstance(ids, jax.core.Tracer):
+    return
+  if not jnp.issubdtype(jnp.asarray(ids).dtype, jnp.integer):
+    raise ValueError(f"token ids must be integers, got dtype {jnp.asarray(ids).dtype}")
+  lo, hi = int(np.min(ids)), int(np.max(ids))
+  if lo < 0 or hi >= vocab_size:
+    raise ValueError(f"token ids must be in [0, vocab_size={vocab_size}), got "
+                     f"values in [{lo}, {hi}]")
 
 
 def alibi_slopes(cfg: ModelConfig) -> jax.Array:

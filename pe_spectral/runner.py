@@ -38,6 +38,7 @@ import numpy as np
 
 from pe_spectral import plotting, stats, tasks
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
+from pe_spectral.model import check_token_ids
 from pe_spectral.train import Trainer, seed_mesh
 
 __all__ = ["run", "load_run", "NonFiniteLossError", "ConfigMismatchError",
@@ -185,6 +186,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   writer = jax.process_index() == 0
   t_start = time.time()
   data = tasks.generate(rc.task)
+  for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
+    check_token_ids(ids, rc.model.vocab_size)
   num_train = data.train_ids.shape[0]
   mesh = seed_mesh(len(seeds))
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,

@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pe_spectral import positional
 
@@ -63,6 +64,32 @@ def _n_from_coeffs(coeffs) -> int:
   if m % 2 == 0:
     raise ValueError(f"coeffs must have odd length 2n-1, got {m}")
   return (m + 1) // 2
+
+
+def _checked_hermitian(coeffs) -> jax.Array:
+  """``coeffs`` as a float/complex array ``[..., 2n-1]``, refusing what
+  ``toeplitz_eig_bounds`` cannot bound: a scalar, NaN/inf, and (for concrete
+  values; under ``jit``/``vmap`` the values are not visible and are not
+  checked) coefficients that are not Hermitian, ``t_{-k} != conj(t_k)``."""
+  coeffs = jnp.asarray(coeffs)
+  if coeffs.ndim == 0:
+    raise ValueError("coeffs must have shape [..., 2n-1], got a scalar")
+  if not jnp.issubdtype(coeffs.dtype, jnp.inexact):
+    coeffs = coeffs.astype(jnp.float32)
+  _n_from_coeffs(coeffs)
+  if isinstance(coeffs, jax.core.Tracer):
+    return coeffs
+  c = np.asarray(coeffs)
+  if not np.isfinite(c).all():
+    raise ValueError("coeffs contain NaN or inf: no eigenvalue bound exists")
+  tol = 16 * np.finfo(np.real(c).dtype).eps * max(1.0, float(np.abs(c).max()))
+  if np.abs(c[..., ::-1] - np.conj(c)).max(initial=0.0) > tol:
+    raise ValueError(
+        "coeffs are not Hermitian (t_{-k} != conj(t_k)), so T is not Hermitian and "
+        "its eigenvalues need not be real; bound a general matrix with "
+        "gershgorin_discs, or pass (coeffs + conj(flip(coeffs))) / 2 for the "
+        "Hermitian part")
+  return coeffs
 
 
 def _complex_dtype(x):
@@ -103,6 +130,8 @@ def _default_points(n: int) -> int:
 
 
 def _check_points(n: int, num_points: int) -> int:
+  if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)):
+    raise TypeError(f"num_points must be an int, got {num_points!r}")
   if num_points < 2 * n - 1:
     raise ValueError(
         f"num_points={num_points} < 2n-1={2 * n - 1}: the circulant embedding "
@@ -171,7 +200,7 @@ def symbol(coeffs, num_points: Optional[int] = None):
   """
   coeffs = jnp.asarray(coeffs)
   n = _n_from_coeffs(coeffs)
-  m = _check_points(n, num_points or 2 * n)
+  m = _check_points(n, 2 * n if num_points is None else num_points)
   c = _circulant_column(coeffs, m).astype(_complex_dtype(coeffs))
   return m * jnp.fft.ifft(c)
 
@@ -195,8 +224,13 @@ def toeplitz_eig_bounds(coeffs, num_points: Union[None, int, Sequence[int]] = No
     num_points: ``M`` or a tuple of ``M``'s, each >= 2n-1 (default 2n).
   Returns:
     ``(lo, hi)`` with the batch shape of ``coeffs``.
+
+  Raises:
+    ValueError: a scalar or even-length ``coeffs``, NaN/inf, non-Hermitian
+      coefficients (concrete values only: under ``jit``/``vmap`` the values are
+      not checked, and NaN input gives NaN bounds), or an ``M < 2n-1``.
   """
-  coeffs = jnp.asarray(coeffs)
+  coeffs = _checked_hermitian(coeffs)
   n = _n_from_coeffs(coeffs)
   if num_points is None:
     points = (2 * n,)
@@ -204,6 +238,10 @@ def toeplitz_eig_bounds(coeffs, num_points: Union[None, int, Sequence[int]] = No
     points = (num_points,)
   else:
     points = tuple(num_points)
+  if not points:
+    raise ValueError("num_points must name at least one grid size")
+  for m in points:
+    _check_points(n, m)
   los, his = [], []
   l1 = jnp.abs(coeffs).sum(-1)
   for m in points:

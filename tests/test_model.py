@@ -211,3 +211,22 @@ def test_mla_attention_dropout_clean_only():
   attn.attn_dropout = 0.0
   np.testing.assert_array_equal(
       plain, attn.head_outputs(x, positions=pos, dropout_key=jax.random.key(4)))
+
+
+@pytest.mark.parametrize("base", [0.0, -10.0, float("nan"), float("inf")])
+def test_bad_rope_base_is_refused(base):
+  with pytest.raises(ValueError, match="rope_base must be a finite number > 0"):
+    ModelConfig(pe="rope", rope_base=base, **{k: v for k, v in PRESETS["smoke"].items()
+                                              if k != "rope_base"})
+
+
+def test_out_of_range_token_ids_are_refused():
+  """The embedding gather clamps an id >= vocab_size silently; the model's
+  boundary refuses it (concrete ids) instead of returning garbage logits."""
+  cfg = ModelConfig(pe="rope", **dict(PRESETS["smoke"], vocab_size=11, num_classes=3))
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ok = jnp.full((2, 5), 10)
+  assert apply_model(graphdef, params, ok).shape == (2, 3)
+  for bad in (jnp.full((2, 5), 11), jnp.full((2, 5), -1)):
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, vocab_size=11\)"):
+      apply_model(graphdef, params, bad)

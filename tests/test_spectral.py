@@ -318,3 +318,31 @@ def test_measures_against_numpy():
   # numerical range support vs brute force over unit vectors' Rayleigh quotients
   supp = S.numerical_range_support(l, jnp.asarray([0.0]))
   assert float(supp[0]) == pytest.approx(np.linalg.eigvalsh((l + l.T) / 2)[-1], rel=1e-5)
+
+
+def test_toeplitz_eig_bounds_refuses_what_it_cannot_bound():
+  c = np.array([0.5, 1.0, 2.0, 1.0, 0.5])
+  lo, hi = S.toeplitz_eig_bounds(np.array([1, 2, 3, 2, 1]))  # integers: cast
+  e = np.linalg.eigvalsh(np.asarray(S.toeplitz_from_coeffs(np.array([1., 2, 3, 2, 1]))))
+  assert lo <= e[0] and e[-1] <= hi
+  cases = [
+      (np.array([np.nan, 1.0, np.nan]), "NaN or inf"),
+      (np.array([0.1, 1.0, 2.0]), "not Hermitian"),
+      (np.float32(1.0), "got a scalar"),
+      (np.ones(4), "odd length"),
+  ]
+  for coeffs, msg in cases:
+    with pytest.raises(ValueError, match=msg):
+      S.toeplitz_eig_bounds(coeffs)
+  for points, err in ((0, ValueError), ((), ValueError), ((16, 3), ValueError),
+                      (8.0, TypeError)):
+    with pytest.raises(err):
+      S.toeplitz_eig_bounds(c, points)
+  # complex Hermitian coefficients pass; symmetric-but-complex ones, or a
+  # complex diagonal, do not
+  z = np.array([1 - 2j, 0.5 + 1j, 3.0, 0.5 - 1j, 1 + 2j], np.complex64)
+  S.toeplitz_eig_bounds(z)
+  for bad in (np.array([1 + 2j, 0.5 - 1j, 3.0, 0.5 - 1j, 1 + 2j], np.complex64),
+              np.array([1 - 2j, 0.5 + 1j, 3.0 + 1j, 0.5 - 1j, 1 + 2j], np.complex64)):
+    with pytest.raises(ValueError, match="not Hermitian"):
+      S.toeplitz_eig_bounds(bad)
