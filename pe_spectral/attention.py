@@ -245,12 +245,14 @@ class MultiHeadAttention(nnx.Module):
   """
 
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
-               rope_base: float = 10000.0, attn_dropout: float = 0.0,
+               rope_base: float = 10000.0, rope_scaling=None,
+               attn_dropout: float = 0.0,
                init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rope_base = rope_base
+    self.rope_scaling = rope_scaling
     self.attn_dropout = attn_dropout
     lin = lambda: torch_linear(d_model, d_model, rngs=rngs,
                                init_scheme=init_scheme)
@@ -266,8 +268,10 @@ class MultiHeadAttention(nnx.Module):
     k = self._heads(self.k_proj(x_kv))
     if self.rope_heads > 0:
       pos = positions[:, None]  # broadcasts against [batch, seq, heads]
-      q_rot = positional.apply_rope(q, pos, base=self.rope_base)
-      k_rot = positional.apply_rope(k, pos, base=self.rope_base)
+      q_rot = positional.apply_rope(q, pos, base=self.rope_base,
+                                    scaling=self.rope_scaling)
+      k_rot = positional.apply_rope(k, pos, base=self.rope_base,
+                                    scaling=self.rope_scaling)
       if self.rope_heads < self.num_heads:
         # where() keeps heads >= rope_heads bit-identical to the unrotated ones.
         rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]
@@ -314,8 +318,8 @@ class LatentAttention(nnx.Module):
   def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
                rope_dim: int, shared_rope_query: bool = False,
                paper_rotary: bool = False, rope_base: float = 10000.0,
-               attn_dropout: float = 0.0, init_scheme: str = "torch",
-               rngs: nnx.Rngs):
+               rope_scaling=None, attn_dropout: float = 0.0,
+               init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.attn_dropout = attn_dropout
     self.head_dim = d_model // num_heads
@@ -323,6 +327,7 @@ class LatentAttention(nnx.Module):
     self.shared_rope_query = shared_rope_query
     self.paper_rotary = paper_rotary
     self.rope_base = rope_base
+    self.rope_scaling = rope_scaling
     lin = lambda i, o: torch_linear(i, o, rngs=rngs, use_bias=False,
                                     init_scheme=init_scheme)
     self.dkv_proj = lin(d_model, latent_dim)
@@ -338,7 +343,8 @@ class LatentAttention(nnx.Module):
   def _rotate(self, x, positions):
     if self.paper_rotary:
       return paper_mla_rotary(x, positions, base=self.rope_base)
-    return positional.apply_rope(x, positions, base=self.rope_base)
+    return positional.apply_rope(x, positions, base=self.rope_base,
+                                 scaling=self.rope_scaling)
 
   def project_qk(self, x, positions, *, rotate: bool = True):
     """Queries and keys ``[batch, seq, heads, head_dim + rope_dim]``.

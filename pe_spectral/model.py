@@ -66,6 +66,10 @@ class ModelConfig:
     mla_shared_rope_query: one rotary query for all heads (paper); default:
       per-head in clean mode, shared in faithful mode.
     mla_paper_rotary: the paper's buggy rotary transform; default: faithful.
+    rope_scaling, rope_scaling_factor, rope_scaling_original_len: an
+      eval-time rotary context extension (``"pi"``, ``"ntk"``, ``"yarn"``;
+      :class:`positional.RopeScaling`) applied to an already-trained model by
+      ``experiments.lengths``; None (default) trains and evaluates plain RoPE.
     init_scheme: ``"torch"`` (PyTorch defaults, as the paper: embeddings and
       a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
       ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
@@ -92,6 +96,9 @@ class ModelConfig:
   mla_paper_rotary: Optional[bool] = None
   init_scheme: Optional[str] = None
   alibi_slopes: Optional[str] = None
+  rope_scaling: Optional[str] = None
+  rope_scaling_factor: Optional[float] = None
+  rope_scaling_original_len: Optional[int] = None
 
   def __post_init__(self):
     spec = positional.get_pe(self.pe)  # unknown name -> lists valid names
@@ -105,6 +112,13 @@ class ModelConfig:
           f"({self.num_heads})")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):
       raise ValueError(f"rope_base must be a finite number > 0, got {self.rope_base}")
+    if self.rope_scaling is not None:
+      if spec.rotary is None:
+        raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
+      if spec.rotary == "mla" and self.paper_rotary:
+        raise ValueError("rope_scaling does not apply to the paper's MLA transform "
+                         "(it is not a rotation)")
+      self.rope_scaling_spec  # validates kind, factor and length
     if self.alibi_slopes not in (None, "standard", "paper"):
       raise ValueError(f"alibi_slopes must be 'standard' or 'paper', got "
                        f"{self.alibi_slopes!r}")
@@ -133,6 +147,15 @@ class ModelConfig:
           f"relative_buckets must be >= 2 or None, got {self.relative_buckets}")
     if self.relative_max_distance is not None and self.relative_max_distance < 1:
       raise ValueError("relative_max_distance must be >= 1")
+
+  @property
+  def rope_scaling_spec(self) -> Optional[positional.RopeScaling]:
+    """The eval-time :class:`positional.RopeScaling`, or None."""
+    if self.rope_scaling is None:
+      return None
+    return positional.RopeScaling(
+        self.rope_scaling, float(self.rope_scaling_factor or 1.0),
+        int(self.rope_scaling_original_len or self.max_len))
 
   @property
   def spec(self) -> positional.PESpec:
@@ -228,6 +251,7 @@ class _Block(nnx.Module):
           cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
           rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
           paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base,
+          rope_scaling=cfg.rope_scaling_spec,
           # the paper's MLA has no attention dropout; the clean model gives
           # every PE the same regularisation
           attn_dropout=0.0 if cfg.faithful else cfg.dropout,
@@ -235,7 +259,8 @@ class _Block(nnx.Module):
     else:
       self.attn = MultiHeadAttention(
           cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
-          rope_base=cfg.rope_base, attn_dropout=cfg.dropout,
+          rope_base=cfg.rope_base, rope_scaling=cfg.rope_scaling_spec,
+          attn_dropout=cfg.dropout,
           init_scheme=cfg.init, rngs=rngs)
     self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
                             init_scheme=cfg.init)

@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed"]
+__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed",
+           "length_curves"]
 
 
 def _band(ax, x, per_seed, label, color):
@@ -279,4 +280,38 @@ def ablation_per_seed(drop, seeds, path: str, title: str = "") -> None:
                "columns = heads", fontsize=8)
   fig.colorbar(im, ax=axes, shrink=0.7, label="drop (points)")
   fig.savefig(path)
+  plt.close(fig)
+
+
+def length_curves(results: list[dict], path: str, title: str = "") -> None:
+  """Test accuracy against test length (multiples of the training length):
+  mean over seeds with its bootstrap CI band, one line per run
+  (``experiments.lengths`` results); lengths a run cannot reach are left out."""
+  fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  for i, res in enumerate(results):
+    rows = [r for r in res["lengths"] if r["mean"] is not None]
+    if not rows:
+      continue
+    x = [r["factor"] for r in rows]
+    mean = [100 * r["mean"] for r in rows]
+    lo = [100 * r["ci95"][0] for r in rows]
+    hi = [100 * r["ci95"][1] for r in rows]
+    label = res["pe"] + (f" k={res['rope_heads']}" if res.get("rope_heads") else "") + (
+        " (faithful)" if res["faithful"] else "") + (
+        f", {res['rope_scaling']}" if res.get("rope_scaling", "none") != "none" else "")
+    c = colors[i % len(colors)]
+    ax.plot(x, mean, "o-", color=c, label=f"{label} (n={len(res['seeds'])})")
+    ax.fill_between(x, lo, hi, color=c, alpha=0.2, lw=0)
+  ax.set_xlabel("test length / training length")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_ylim(0, 100)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  if results:
+    r0 = results[0]
+    ax.set_title(title or f"{r0['task']}: trained at {r0['train_len']} tokens "
+                 "(mean, 95% bootstrap CI over seeds)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
   plt.close(fig)

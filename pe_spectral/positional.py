@@ -29,6 +29,8 @@ __all__ = [
     "sinusoidal_table", "rope_angles", "apply_rope", "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
+    "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
+    "yarn_attention_factor", "rope_inverse_frequencies",
 ]
 
 
@@ -132,19 +134,91 @@ def _inverse_freqs(count: int, dim: int, base: float) -> np.ndarray:
   return float(base) ** (-2.0 * np.arange(count) / dim)
 
 
+# Eval-time context extension: pure functions of the frequency table.
+
+def pi_frequencies(inv_freq, factor: float):
+  """Position interpolation (Chen et al. 2023, arXiv 2306.15595): positions are
+  squeezed by ``factor = L_test / L_train``, i.e. every frequency divided by it."""
+  return inv_freq / factor
+
+
+def ntk_base(base: float, factor: float, head_dim: int) -> float:
+  """NTK-aware scaling: the base ``b · s^(d/(d-2))``, which keeps the highest
+  frequency and stretches the lowest one's wavelength by ``s``."""
+  return float(base) * float(factor) ** (head_dim / (head_dim - 2))
+
+
+def yarn_frequencies(inv_freq, factor: float, original_len: int, *,
+                     beta_fast: float = 32.0, beta_slow: float = 1.0):
+  """YaRN's "NTK-by-parts" frequencies (Peng et al. 2023, arXiv 2309.00071).
+
+  With ``r_i = original_len · θ_i / (2π)`` (turns of pair i over the training
+  context) and the ramp ``γ_i = clip((r_i − β_slow) / (β_fast − β_slow), 0, 1)``:
+  ``θ'_i = (1 − γ_i) θ_i / s + γ_i θ_i`` -- pairs that turn many times keep their
+  frequency, pairs that turn less than once are interpolated like PI.
+  """
+  turns = original_len * inv_freq / (2 * np.pi)
+  ramp = np.clip((turns - beta_slow) / (beta_fast - beta_slow), 0.0, 1.0)
+  return (1.0 - ramp) * inv_freq / factor + ramp * inv_freq
+
+
+def yarn_attention_factor(factor: float) -> float:
+  """YaRN's ``sqrt(1/t) = 0.1 ln s + 1``, applied to queries and keys alike
+  (so logits are multiplied by its square); 1 for ``s <= 1``."""
+  return 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """An eval-time rotary context extension: ``kind`` in ``pi``, ``ntk``,
+  ``yarn``; ``factor = L_test / L_train``; ``original_len`` (YaRN's ramp) is
+  the training length."""
+  kind: str
+  factor: float
+  original_len: int
+
+  def __post_init__(self):
+    if self.kind not in ("pi", "ntk", "yarn"):
+      raise ValueError(f"rope scaling must be 'pi', 'ntk' or 'yarn', got {self.kind!r}")
+    if not (math.isfinite(self.factor) and self.factor >= 1.0):
+      raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}")
+    if self.original_len < 1:
+      raise ValueError(f"original_len must be >= 1, got {self.original_len}")
+
+  @property
+  def attention_factor(self) -> float:
+    return yarn_attention_factor(self.factor) if self.kind == "yarn" else 1.0
+
+
+def rope_inverse_frequencies(head_dim: int, base: float = 10000.0,
+                             scaling: Optional[RopeScaling] = None) -> np.ndarray:
+  """``θ_i = base^(-2i/head_dim)``, ``i < head_dim/2`` (float64), with
+  ``scaling`` applied when given."""
+  if scaling is not None and scaling.kind == "ntk":
+    base = ntk_base(base, scaling.factor, head_dim)
+  freqs = _inverse_freqs(head_dim // 2, head_dim, base)
+  if scaling is None or scaling.kind == "ntk":
+    return freqs
+  if scaling.kind == "pi":
+    return pi_frequencies(freqs, scaling.factor)
+  return yarn_frequencies(freqs, scaling.factor, scaling.original_len)
+
+
 def rope_angles(positions: jax.Array, head_dim: int,
-                base: float = 10000.0) -> jax.Array:
-  """Angles ``positions[..., None] * base ** (-2i / head_dim)``, shape ``[..., head_dim/2]``.
+                base: float = 10000.0,
+                scaling: Optional[RopeScaling] = None) -> jax.Array:
+  """Angles ``positions[..., None] * θ_i``, shape ``[..., head_dim/2]``
+  (:func:`rope_inverse_frequencies`).
 
   NumPy positions give float64 NumPy angles: a constant under ``jit``.
   """
-  freqs = _inverse_freqs(head_dim // 2, head_dim, base)
+  freqs = rope_inverse_frequencies(head_dim, base, scaling)
   if isinstance(positions, np.ndarray):
     return positions.astype(np.float64)[..., None] * freqs
   return jnp.asarray(positions, jnp.float32)[..., None] * freqs.astype(np.float32)
 
 
-def _rope_tables(positions, head_dim: int, base: float):
+def _rope_tables(positions, head_dim: int, base: float, scaling=None):
   """``cos``/``sin`` of the angles, each repeated to ``[..., head_dim]`` (pairs share one).
 
   Concrete (NumPy) positions -- what the model passes -- give NumPy constants
@@ -152,7 +226,7 @@ def _rope_tables(positions, head_dim: int, base: float):
   inside the fused rotation for every batch row and head (measured: the
   fusion was the single most expensive op of a forward pass).
   """
-  angles = rope_angles(positions, head_dim, base)  # [..., head_dim/2]
+  angles = rope_angles(positions, head_dim, base, scaling)  # [..., head_dim/2]
   if isinstance(angles, np.ndarray):  # float64 NumPy angles -> float32 constants
     return (np.repeat(np.cos(angles), 2, axis=-1).astype(np.float32),
             np.repeat(np.sin(angles), 2, axis=-1).astype(np.float32))
@@ -160,7 +234,8 @@ def _rope_tables(positions, head_dim: int, base: float):
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, *,
-               base: float = 10000.0) -> jax.Array:
+               base: float = 10000.0,
+               scaling: Optional[RopeScaling] = None) -> jax.Array:
   """Rotates interleaved pairs ``(2i, 2i+1)`` of ``x`` by ``positions * theta_i``.
 
   Args:
@@ -168,6 +243,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
       model passes ``[batch, seq, heads, head_dim]`` with positions ``[seq, 1]``).
     positions: integer or float positions broadcasting against ``x.shape[:-1]``.
     base: frequency base; ``theta_i = base ** (-2i / head_dim)``.
+    scaling: an eval-time context extension (:class:`RopeScaling`): its
+      frequencies, and for YaRN its attention factor on the output.
 
   Returns:
     An array of ``x``'s shape and dtype. ``<apply_rope(q, m), apply_rope(k, n)>``
@@ -176,7 +253,9 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   head_dim = x.shape[-1]
   if head_dim % 2:
     raise ValueError(f"apply_rope needs an even head_dim, got {head_dim}")
-  cos, sin = _rope_tables(positions, head_dim, base)
+  cos, sin = _rope_tables(positions, head_dim, base, scaling)
+  if scaling is not None and scaling.attention_factor != 1.0:
+    cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
   cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
   # (x_even, x_odd) -> (-x_odd, x_even), interleaved back into place.
   x_pairs = x.reshape(x.shape[:-1] + (head_dim // 2, 2))

@@ -47,7 +47,7 @@ __all__ = [
     "weyl_bounds", "spread_bounds",
     # PE constructors and closed forms
     "rope_frequencies", "rope_toeplitz", "rope_rotate", "rope_logits",
-    "rope_envelope", "alibi_toeplitz", "alibi_extreme_eigs", "t5_bias_coeffs",
+    "rope_envelope", "rope_min_base", "alibi_toeplitz", "alibi_extreme_eigs", "t5_bias_coeffs",
     "sinusoidal_pe", "sinusoidal_gram_coeffs", "sinusoidal_gram",
     # measures
     "spectral_spread", "condition_number", "stable_rank", "contraction_ratio",
@@ -507,6 +507,51 @@ def rope_envelope(q, k, pairing: str = "interleaved"):
 def alibi_toeplitz(n: int, slope, causal: bool = False):
   """One head of ``positional.alibi_bias``: ``-slope |i - j|`` (causal: 0 above the diagonal)."""
   return positional.alibi_bias(n, jnp.asarray(slope), causal=causal)
+
+
+def rope_min_base(context_len: int, head_dim: int, *, max_base: float = 1e12,
+                  tol: float = 1e-10) -> float:
+  """The smallest RoPE base ``b`` with ``B(b) = min_{0<=m<L} Σ_i cos(m b^(-2i/d)) >= 0``
+  (Men et al. 2024, arXiv 2405.14591: below it, some relative distance within
+  the context gets a negative similarity sum and long-range discrimination fails).
+
+  The feasible set is not an interval: narrow feasible windows open below the
+  point from which every larger base works, so a coarse scan or a bisection can
+  return a base that is too large. This search cannot step over a window: in
+  ``u = ln b``, ``B`` is Lipschitz with constant at most
+  ``K(u) = (L-1) Σ_i (2i/d) e^(-2iu/d)`` on ``[u, ∞)`` (the derivative of each
+  term, bounded; ``K`` decreases in ``u``), so from an infeasible ``u`` the
+  whole step ``[u, u - B(u)/K(u))`` is infeasible. Steps are taken until
+  ``B >= 0`` (float64 throughout); a step below ``tol`` (relative) means a
+  boundary within ``tol`` and ends the search there.
+
+  Args:
+    context_len: ``L``; distances ``m = 0..L-1`` are checked.
+    head_dim: ``d`` (even); pairs ``i = 0..d/2-1``.
+    max_base: give up (``ValueError``) beyond this base.
+  Returns:
+    ``b`` as a Python float (1.0 if ``L <= 1``... every base works).
+  """
+  if head_dim < 2 or head_dim % 2:
+    raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
+  if context_len < 1:
+    raise ValueError(f"context_len must be >= 1, got {context_len}")
+  m = np.arange(context_len, dtype=np.float64)[:, None]
+  expo = 2.0 * np.arange(head_dim // 2, dtype=np.float64) / head_dim
+  worst = lambda u: float(np.cos(m * np.exp(-expo * u)).sum(1).min())
+  lipschitz = lambda u: (context_len - 1) * float((expo * np.exp(-expo * u)).sum())
+  u, u_max = 0.0, math.log(max_base)
+  while u <= u_max:
+    b = worst(u)
+    if b >= 0.0:
+      return math.exp(u)
+    k = lipschitz(u)
+    step = -b / k
+    if step < tol * max(1.0, u):
+      return math.exp(u + step)
+    u += step
+  raise ValueError(f"no base <= {max_base:g} keeps every distance below "
+                   f"{context_len} non-negative for head_dim {head_dim}")
 
 
 def alibi_extreme_eigs(n: int, slope):

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["TaskConfig", "Dataset", "generate", "TASKS"]
+__all__ = ["TaskConfig", "Dataset", "generate", "lengthened", "shift_right", "TASKS"]
 
 TASKS = ("distance", "count")
 _CHUNK = 8192  # examples per jitted generator call (bounds memory)
@@ -185,6 +185,41 @@ def generate(cfg: TaskConfig, *, num_examples: Optional[int] = None) -> Dataset:
   n_train = int(cfg.train_frac * n)
   tr, te = perm[:n_train], perm[n_train:]
   return Dataset(ids[tr], labels[tr], ids[te], labels[te], triggers)
+
+
+def lengthened(cfg: TaskConfig, seq_len: int) -> TaskConfig:
+  """``cfg`` at a longer sequence length with the SAME label range (classes
+  cannot extrapolate), for length-generalisation tests.
+
+  * ``distance``: the middle segment (the label) keeps its range; the side
+    segments may grow by ``seq_len - cfg.seq_len`` tokens each (at most to
+    ``vocab_size - 1``: a segment's tokens are distinct), so the triggers sit
+    further from the start and the sentence is longer.
+  * ``count``: the same counts ``k <= count_max`` among ``seq_len`` tokens.
+
+  ``data_seed`` and the triggers are unchanged; the examples are new draws.
+  """
+  if seq_len < cfg.seq_len:
+    raise ValueError(f"seq_len {seq_len} is shorter than the training length "
+                     f"{cfg.seq_len}")
+  extra = seq_len - cfg.seq_len
+  kw = dict(seq_len=seq_len, max_len=max(cfg.max_len, seq_len))
+  if cfg.name == "distance":
+    kw["side_max"] = min(cfg.side_max + extra, cfg.vocab_size - 1)
+  return cfg.replace(**kw)
+
+
+def shift_right(ids, shifts) -> np.ndarray:
+  """Each row of ``ids [n, L]`` moved right by ``shifts[i]`` pad tokens (0),
+  into ``[n, L + max(shifts)]``: the same content at later positions (only
+  meaningful where padding is masked, i.e. clean mode)."""
+  ids = np.asarray(ids)
+  shifts = np.asarray(shifts, np.int64)
+  n, length = ids.shape
+  out = np.zeros((n, length + int(shifts.max(initial=0))), ids.dtype)
+  cols = np.arange(length)[None, :] + shifts[:, None]
+  out[np.arange(n)[:, None], cols] = ids
+  return out
 
 
 def trigger_ids(cfg: TaskConfig) -> np.ndarray:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pe_spectral.tasks import TaskConfig, generate, trigger_ids
+from pe_spectral.tasks import TaskConfig, generate, lengthened, trigger_ids
 
 PAPER_DISTANCE = TaskConfig(name="distance", num_examples=12_000)
 PAPER_COUNT = TaskConfig(name="count", num_examples=12_000, count_max=100)
@@ -105,3 +105,33 @@ def test_hundred_thousand_examples_generate():
 def test_bad_task_config(kw, msg):
   with pytest.raises(ValueError, match=msg):
     TaskConfig(**kw)
+
+
+@pytest.mark.parametrize("factor", [2, 4])
+def test_lengthened_tasks_keep_the_labels_and_parse(factor):
+  """Length-generalisation test sets: same label range and rule (parse oracle
+  with the lengthened config), longer sentences, triggers further right."""
+  base = TaskConfig(name="distance", num_examples=3000, seq_len=48, max_len=48,
+                    side_max=10, mid_max=30)
+  cfg = lengthened(base, 48 * factor)
+  assert (cfg.label_min, cfg.label_max) == (base.label_min, base.label_max)
+  d0, d = generate(base), generate(cfg)
+  a, b = (int(t) for t in d.triggers)
+  assert (a, b) == tuple(int(t) for t in d0.triggers)
+  ids, labels = np.asarray(d.test_ids), np.asarray(d.test_labels)
+  assert ids.shape[1] == 48 * factor
+  starts = []
+  for row, y in zip(ids, labels):
+    n = int((row != 0).sum())
+    tokens = [int(t) for t in row[:n]]
+    assert int(y) in _distance_parses(tokens, a, b, cfg)
+    starts.append(tokens.index(a))
+  assert base.label_min <= labels.min() and labels.max() <= base.label_max
+  short = [list(map(int, r)).index(a) for r in np.asarray(d0.test_ids)]
+  assert np.mean(starts) > np.mean(short) + 10 * (factor - 1)
+  count = TaskConfig(name="count", num_examples=2000, seq_len=48, max_len=48,
+                     count_max=40)
+  dc = generate(lengthened(count, 48 * factor))
+  trig = set(int(t) for t in dc.triggers)
+  for row, y in zip(np.asarray(dc.test_ids), np.asarray(dc.test_labels)):
+    assert sum(int(t) in trig for t in row) == int(y) <= 40

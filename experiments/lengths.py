@@ -1,0 +1,225 @@
+r"""Length generalisation of finished runs: train short, test long.
+
+  python -m experiments.lengths --workdir=runs/distance/rope
+  python -m experiments.lengths --workdir=runs/distance/rope,runs/distance/alibi \
+      --out=results/figures/lengths_distance.png
+  python -m experiments.lengths --workdir=runs/distance/rope --rope_scaling=yarn
+
+Every seed of each run is evaluated at each test length (default 1, 1.5, 2, 3
+and 4 times the training length) in one compiled, seed-vmapped program per
+length. The test sets keep the training label range (``tasks.lengthened``):
+Task 1 the same distances with longer side segments, Task 2 the same counts
+in longer sequences; at 1x the run's own test split is used. ``--shift=S``
+also moves every sentence right by a random 0..S pad tokens (clean runs only:
+padding is masked there).
+
+Writes ``lengths[-<scaling>][-shift<S>].json`` and ``.png`` into each workdir
+(per seed, per length; mean and percentile-bootstrap CI over seeds), and the
+spectral prediction beside each length: the ALiBi bias spread (closed form,
+grows as 0.55 m n^2), the symbol bounds of each learned relative-bias head
+(symmetric part; offsets beyond the table reuse its last entry), and RoPE's
+``rope_min_base`` against the run's base. A PE whose table cannot reach a
+length (learned absolute positions) is reported as such, never clamped.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+from pe_spectral import xla_config
+
+xla_config.tune_cpu()
+
+from absl import app, flags, logging  # noqa: E402
+import numpy as np  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("workdir", None, "Finished sweep workdirs (comma list).")
+flags.DEFINE_list("factors", ["1", "1.5", "2", "3", "4"],
+                  "Test lengths as multiples of the training length (>= 1).")
+flags.DEFINE_integer("examples", 2000, "Test examples per length.")
+flags.DEFINE_integer("shift", 0, "Move each sentence right by a random 0..shift pad "
+                     "tokens (clean runs only).")
+flags.DEFINE_enum("rope_scaling", "none", ["none", "pi", "ntk", "yarn"],
+                  "Eval-time context extension of rotary PEs (factor = test length / "
+                  "training length).")
+flags.DEFINE_string("out", None, "Also draw all workdirs in one figure here.")
+
+
+def output_name(rope_scaling: str, shift: int) -> str:
+  name = "lengths"
+  if rope_scaling != "none":
+    name += f"-{rope_scaling}"
+  if shift:
+    name += f"-shift{shift}"
+  return name
+
+
+def _factors(values) -> list[float]:
+  try:
+    out = [float(v) for v in values]
+  except ValueError:
+    raise ValueError(f"--factors must be numbers, got {','.join(values)!r}") from None
+  if not out or any(not math.isfinite(f) or f < 1.0 for f in out):
+    raise ValueError(f"--factors must be finite numbers >= 1, got {','.join(values)!r}")
+  return sorted(set(out))
+
+
+def predictions(cfg, params, n: int, train_len: int) -> dict:
+  """What the spectral module says about the PE of model config ``cfg`` at
+  length ``n`` (per seed where it depends on the trained ``params``)."""
+  from pe_spectral import positional, spectral
+  from pe_spectral.model import alibi_slopes
+  out = {}
+  if cfg.spec.bias == "alibi":
+    slopes = np.asarray(alibi_slopes(cfg), np.float64)
+    spread = lambda m: [float(hi - lo) for lo, hi in
+                        zip(*map(np.asarray, spectral.alibi_extreme_eigs(m, slopes)))]
+    now, before = spread(n), spread(train_len)
+    out["alibi_bias_spread_per_head"] = now
+    out["alibi_spread_vs_train"] = float(np.mean(np.divide(now, before)))
+  if cfg.spec.bias == "relative":
+    r = cfg.relative_distance
+    blocks = params["blocks"]
+    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
+
+    def spread_bound(length):  # [seeds]: the largest over layers and heads
+      offs = np.arange(-(length - 1), length)
+      if cfg.relative_buckets is None:
+        idx = np.clip(offs, -r, r) + r
+      else:
+        idx = np.asarray(positional.relative_position_bucket(
+            offs, num_buckets=cfg.relative_buckets, max_distance=r))
+      per_layer = []
+      for blk in blocks:
+        table = np.asarray(blk["rel_table"], np.float64)  # [seeds, rows, heads]
+        coeffs = table[:, idx, :]  # [seeds, 2n-1, heads]; bias[i, j] = t[j - i]
+        sym = 0.5 * (coeffs + coeffs[:, ::-1])
+        lo, hi = spectral.toeplitz_eig_bounds(np.moveaxis(sym, 1, -1).astype(np.float32))
+        per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
+      return np.concatenate(per_layer, 1).max(1)
+
+    now = spread_bound(n)
+    out["relative_symbol_spread_max_per_seed"] = now.tolist()
+    out["relative_spread_vs_train"] = float(np.mean(now / spread_bound(train_len)))
+    out["relative_table_reach"] = int(r)
+  if cfg.spec.rotary in ("all", "partial") or (cfg.spec.rotary == "mla"
+                                              and not cfg.paper_rotary):
+    d = cfg.mla_rope_dim if cfg.spec.rotary == "mla" else cfg.head_dim
+    base = cfg.rope_base
+    sc = cfg.rope_scaling_spec
+    if sc is not None and sc.kind == "ntk":
+      base = positional.ntk_base(base, sc.factor, d)
+    need = spectral.rope_min_base(n, d)
+    out["rope_min_base"] = need
+    out["rope_base"] = base
+    out["rope_base_feasible"] = bool(base >= need)
+  return out
+
+
+def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
+                     rope_scaling: str, log=print) -> dict:
+  """The ``lengths.json`` dict of one workdir (see module docstring)."""
+  from experiments import configs
+  from pe_spectral import runner, stats, tasks
+  from pe_spectral.train import Trainer, seed_mesh
+  config, rc, trainer, states, data, step = runner.load_run(
+      wd, configs.RunConfig.from_dict)
+  if shift and rc.model.faithful:
+    raise ValueError("--shift needs a clean run: faithful models do not mask "
+                     "padding, so pad tokens would change the content")
+  if rope_scaling != "none" and rc.model.spec.rotary is None:
+    raise ValueError(f"--rope_scaling applies to rotary PEs, not {rc.model.pe!r}")
+  train_len = rc.task.seq_len
+  seeds = config["seeds"]
+  rows = []
+  rng = np.random.default_rng(0)
+  for f in factors:
+    n = int(round(f * train_len))
+    t0 = time.time()
+    if n == train_len:
+      ids, labels = np.asarray(data.test_ids), np.asarray(data.test_labels)
+      ids, labels = ids[:examples], labels[:examples]
+    else:
+      d = tasks.generate(tasks.lengthened(rc.task, n), num_examples=examples)
+      ids = np.concatenate([np.asarray(d.train_ids), np.asarray(d.test_ids)])
+      labels = np.concatenate([np.asarray(d.train_labels), np.asarray(d.test_labels)])
+    if shift:
+      ids = tasks.shift_right(ids, rng.integers(0, shift + 1, ids.shape[0]))
+    model = rc.model
+    if rope_scaling != "none":
+      model = model.replace(rope_scaling=rope_scaling, rope_scaling_factor=max(
+          1.0, ids.shape[1] / train_len), rope_scaling_original_len=train_len)
+    tr = Trainer(model, rc.task, rc.train, num_train=trainer.num_train,
+                 mesh=seed_mesh(len(seeds)))
+    row = {"factor": f, "seq_len": n, "input_len": int(ids.shape[1]),
+           "num_examples": int(ids.shape[0])}
+    try:
+      acc, _ = tr.evaluate(states, *tr.replicate((ids, labels)))
+      acc = tr.fetch(acc)
+      mean, lo, hi = stats.bootstrap_mean_ci(acc)
+      row.update(accuracy=acc.tolist(), mean=mean, ci95=[lo, hi], error=None)
+      msg = f"{100 * mean:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]"
+    except ValueError as e:  # e.g. beyond a learned position table
+      row.update(accuracy=None, mean=None, ci95=None, error=str(e).splitlines()[0])
+      msg = f"not evaluated: {row['error']}"
+    row["prediction"] = predictions(model, states["params"], n, train_len)
+    rows.append(row)
+    log(f"[{os.path.relpath(wd)}] length {n} ({f:g}x): {msg}  ({time.time() - t0:.1f} s)")
+  return {"workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
+          "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
+          "rope_heads": rc.model.rope_heads if rc.model.pe == "partial_rope" else None,
+          "seeds": seeds, "train_len": train_len, "rope_scaling": rope_scaling,
+          "shift": shift, "lengths": rows}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)
+  from experiments import configs
+  if not FLAGS.workdir:
+    print("error: --workdir is required (one or more finished sweep workdirs)",
+          file=sys.stderr)
+    return 2
+  for wd in FLAGS.workdir:
+    if (err := configs.workdir_error(wd)) is not None:
+      print(f"error: {err}", file=sys.stderr)
+      return 2
+  try:
+    factors = _factors(FLAGS.factors)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if FLAGS.examples < 1 or FLAGS.shift < 0:
+    print("error: --examples must be >= 1 and --shift >= 0", file=sys.stderr)
+    return 2
+  from pe_spectral import plotting, runner
+  log = lambda msg: print(msg, file=sys.stderr, flush=True)
+  name = output_name(FLAGS.rope_scaling, FLAGS.shift)
+  results = []
+  for wd in FLAGS.workdir:
+    try:
+      res = evaluate_lengths(wd, factors, examples=FLAGS.examples, shift=FLAGS.shift,
+                             rope_scaling=FLAGS.rope_scaling, log=log)
+    except (ValueError, runner.CheckpointError) as e:
+      print(f"error: {wd}: {e}", file=sys.stderr)
+      return 2
+    runner.write_json(os.path.join(wd, name + ".json"), res)
+    plotting.length_curves([res], os.path.join(wd, name + ".png"))
+    results.append(res)
+  if FLAGS.out:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+    plotting.length_curves(results, FLAGS.out)
+  print(f"{'run':<40} " + " ".join(f"{f:>7g}x" for f in factors))
+  for res in results:
+    cells = [" " * 5 + "n/a" if r["mean"] is None else f"{100 * r['mean']:7.2f}%"
+             for r in res["lengths"]]
+    print(f"{os.path.relpath(res['workdir']):<40} " + " ".join(cells))
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

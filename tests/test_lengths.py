@@ -1,0 +1,150 @@
+"""Length generalisation: RoPE context-extension formulas, rope_min_base against
+a brute-force scan, lengthened tasks against the parse oracle, and the
+``experiments.lengths`` CLI end to end (smoke preset)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import positional as P
+from pe_spectral import spectral as S
+from pe_spectral import tasks
+
+D = 16
+BASE = 10000.0
+THETA = BASE ** (-2.0 * np.arange(D // 2) / D)
+
+
+def test_position_interpolation_is_rope_at_squeezed_positions():
+  """PI (Chen et al. 2023): position m of the extended context is position
+  m / s of the original one."""
+  s = 2.5
+  x = jax.random.normal(jax.random.key(0), (1, 12, 2, D))
+  pos = np.arange(12)[:, None]
+  got = P.apply_rope(x, pos, base=BASE, scaling=P.RopeScaling("pi", s, 12))
+  want = P.apply_rope(x, pos / s, base=BASE)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_ntk_base_keeps_highest_and_stretches_lowest_frequency():
+  """NTK-aware scaling: b' = b s^(d/(d-2)); pair 0 keeps its frequency, the
+  lowest pair's is divided by s."""
+  s = 4.0
+  got = P.rope_inverse_frequencies(D, BASE, P.RopeScaling("ntk", s, 48))
+  assert got[0] == 1.0
+  np.testing.assert_allclose(got[-1], THETA[-1] / s, rtol=1e-12)
+  np.testing.assert_allclose(P.ntk_base(BASE, s, D), BASE * s ** (D / (D - 2)))
+
+
+def test_yarn_frequencies_follow_the_papers_ramp():
+  """YaRN (Peng et al. 2023, eq. 17-19) written with wavelengths: λ = 2π/θ,
+  r = L/λ; γ = 0 below r = 1, 1 above r = 32, linear between;
+  θ' = (1-γ) θ/s + γ θ. Attention: logits times (0.1 ln s + 1)^2."""
+  s, L = 3.0, 48
+  want = []
+  for theta in THETA:
+    r = L / (2 * math.pi / theta)
+    gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
+    want.append((1 - gamma) * theta / s + gamma * theta)
+  sc = P.RopeScaling("yarn", s, L)
+  np.testing.assert_allclose(P.rope_inverse_frequencies(D, BASE, sc), want, rtol=1e-12)
+  q = jax.random.normal(jax.random.key(1), (1, 6, 1, D))
+  k = jax.random.normal(jax.random.key(2), (1, 6, 1, D))
+  pos = np.arange(6)[:, None]
+  logits = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b)
+  got = logits(P.apply_rope(q, pos, scaling=sc), P.apply_rope(k, pos, scaling=sc))
+  # the same rotation by hand: angles m θ'_i on interleaved pairs, times the factor
+  def rot(x):
+    x = np.asarray(x, np.float64).copy()
+    for m in range(6):
+      for i, th in enumerate(want):
+        c, sn = math.cos(m * th), math.sin(m * th)
+        a, b = x[0, m, 0, 2 * i], x[0, m, 0, 2 * i + 1]
+        x[0, m, 0, 2 * i], x[0, m, 0, 2 * i + 1] = c * a - sn * b, sn * a + c * b
+    return x * (0.1 * math.log(s) + 1)
+  np.testing.assert_allclose(got, logits(rot(q), rot(k)), rtol=1e-4, atol=1e-4)
+  assert P.yarn_attention_factor(1.0) == 1.0
+
+
+def _worst(bases, L, d):
+  m = np.arange(L, dtype=np.float64)[:, None, None]
+  e = 2.0 * np.arange(d // 2) / d
+  return np.cos(m * bases[None, :, None] ** (-e)[None, None, :]).sum(-1).min(0)
+
+
+@pytest.mark.parametrize("L,d", [(32, 8), (48, 16), (100, 16)])
+def test_rope_min_base_against_brute_force_scan(L, d):
+  """A float64 scan of 150k bases (log-spaced up to 3× the answer): none below
+  the answer is feasible, the first feasible one is within one grid step, and
+  for these (L, d) the feasible set is not an interval -- infeasible bases lie
+  far above the answer, where a bisection would have stopped."""
+  ans = S.rope_min_base(L, d)
+  u = np.linspace(0.0, math.log(3 * ans), 150_001)
+  feasible = _worst(np.exp(u), L, d) >= 0
+  assert not feasible[np.exp(u) < ans * (1 - 1e-8)].any()
+  first = np.exp(u[feasible.argmax()])
+  assert ans <= first <= ans * math.exp(u[1] - u[0]) * (1 + 1e-9)
+  assert _worst(np.array([ans * (1 + 1e-8)]), L, d)[0] >= -1e-6
+  if (L, d) != (48, 16):
+    last_bad = np.exp(u[np.where(~feasible)[0].max()])
+    assert last_bad > 1.5 * ans
+
+
+def test_shift_right_moves_content():
+  ids = np.array([[1, 2, 3, 0], [4, 5, 0, 0]])
+  out = tasks.shift_right(ids, [2, 0])
+  np.testing.assert_array_equal(out, [[0, 0, 1, 2, 3, 0], [4, 5, 0, 0, 0, 0]])
+
+
+def _lengths(*args):
+  return subprocess.run([sys.executable, "-m", "experiments.lengths", *args],
+                        capture_output=True, text=True)
+
+
+def test_lengths_cli_end_to_end(sweep_reference, tmp_path):
+  """On a finished smoke run: at 1x the accuracies are the run's own final test
+  accuracies (same split, same parameters); longer lengths are evaluated for
+  every seed, with RoPE's rope_min_base beside them; --rope_scaling writes its
+  own file; bad flags fail in one line."""
+  import shutil
+  wd = str(tmp_path / "run")
+  shutil.copytree(sweep_reference[0], wd)
+  out = _lengths(f"--workdir={wd}", "--factors=1,2", f"--out={tmp_path}/all.png")
+  assert out.returncode == 0, out.stderr[-2000:]
+  with open(os.path.join(wd, "lengths.json")) as f:
+    res = json.load(f)
+  with open(os.path.join(wd, "summary.json")) as f:
+    summary = json.load(f)
+  one, two = res["lengths"]
+  assert res["train_len"] == 20 and (one["seq_len"], two["seq_len"]) == (20, 40)
+  np.testing.assert_allclose(one["accuracy"], summary["test_accuracy"], atol=1e-6)
+  assert len(two["accuracy"]) == 2 and two["input_len"] == 40
+  assert two["ci95"][0] <= two["mean"] <= two["ci95"][1]
+  assert two["prediction"]["rope_min_base"] == pytest.approx(S.rope_min_base(40, 8))
+  for name in ("lengths.png", "../all.png"):
+    assert os.path.getsize(os.path.join(wd, name)) > 1000
+  out = _lengths(f"--workdir={wd}", "--factors=2", "--rope_scaling=pi")
+  assert out.returncode == 0, out.stderr[-2000:]
+  with open(os.path.join(wd, "lengths-pi.json")) as f:
+    assert json.load(f)["rope_scaling"] == "pi"
+  for bad, msg in ((["--factors=0.5"], "--factors must be finite numbers >= 1"),
+                   (["--examples=0"], "--examples must be >= 1")):
+    out = _lengths(f"--workdir={wd}", *bad)
+    assert out.returncode == 2 and msg in out.stderr and "Traceback" not in out.stderr
+
+
+def test_learned_table_is_never_clamped_beyond_its_length():
+  """JAX clamps out-of-range gathers silently; a learned position table asked
+  for more positions than it has must raise instead."""
+  from pe_spectral.model import PRESETS, ModelConfig, apply_model, init_model
+  cfg = ModelConfig(pe="learned", **dict(PRESETS["smoke"], vocab_size=11, num_classes=3))
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  apply_model(graphdef, params, jnp.ones((1, cfg.max_len), jnp.int32))
+  with pytest.raises(ValueError, match="exceeds max_len"):
+    apply_model(graphdef, params, jnp.ones((1, cfg.max_len + 1), jnp.int32))
