@@ -10,7 +10,9 @@ verdict table of the pre-registered claims (docs/study.md), then per task:
 accuracy with bootstrap CIs, chance and ceiling, plateau status, examples
 seen against the paper's budget, learning curves from the committed
 metrics, paired comparisons on shared seeds; then the deposit analysis with
-per-seed heatmaps and the clean vs paper-style ablation side by side.
+per-seed heatmaps and the clean vs paper-style ablation side by side; then
+length generalisation from ``--lengths`` (``<run>/lengths*.json`` of
+``experiments.lengths``, committed by ``launch/lengths_cpu.sh``).
 Hand-written notes after the marker line are kept. Figures go to
 ``--figdir``.
 """
@@ -36,6 +38,8 @@ flags.DEFINE_string("out", "RESULTS.md", "Markdown file to write.")
 flags.DEFINE_string("figdir", os.path.join("results", "figures"),
                     "Directory for the report's figures.")
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
+flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
+                    "Directory of <run>/lengths*.json (experiments.lengths) to report.")
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -640,7 +644,98 @@ def _ceilings(runs, n_examples) -> dict:
   return out
 
 
-def render(runs, out, figdir, ceiling_examples) -> str:
+def load_lengths(root: str) -> list[dict]:
+  """Every ``<root>/<run>/lengths*.json`` with its run's plateau status."""
+  out = []
+  for path in sorted(glob.glob(os.path.join(root, "*", "lengths*.json"))):
+    with open(path) as f:
+      res = json.load(f)
+    summ = os.path.join(os.path.dirname(path), "summary.json")
+    if os.path.exists(summ):
+      with open(summ) as f:
+        s = json.load(f)
+      res["plateau"] = s.get("plateau")
+      res["run_test_accuracy"] = s.get("test_accuracy")
+    out.append(res)
+  return out
+
+
+def _cell(row) -> str:
+  if row["mean"] is None:
+    return "n/a"
+  lo, hi = row["ci95"]
+  return f"{100 * row['mean']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def _prediction_txt(res) -> str:
+  """The spectral prediction at the longest length, in words."""
+  last = res["lengths"][-1]
+  p = last.get("prediction") or {}
+  n = last["seq_len"]
+  bits = []
+  if "alibi_spread_vs_train" in p:
+    bits.append(f"ALiBi bias spread ×{p['alibi_spread_vs_train']:.1f} at {n}")
+  if "relative_spread_vs_train" in p:
+    bits.append(f"relative-bias symbol spread ×{p['relative_spread_vs_train']:.2f} at {n} "
+                f"(table reach {p['relative_table_reach']})")
+  if "rope_min_base" in p:
+    feas = "≥" if p["rope_base_feasible"] else "<"
+    bits.append(f"base {p['rope_base']:.4g} {feas} rope_min_base({n}) = "
+                f"{p['rope_min_base']:.4g}")
+  return "; ".join(bits) or "—"
+
+
+def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
+  """PE × test length table (mean [95 % bootstrap CI] over seeds), the spectral
+  prediction beside it, the figure, and RoPE's eval-time scalings."""
+  from pe_spectral import plotting
+  plain = [r for r in results if r.get("rope_scaling", "none") == "none" and not r.get("shift")]
+  if not plain:
+    return []
+  rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
+  lines = ["## Length generalisation", "",
+           "Trained at one length, every seed evaluated at longer ones with the same labels "
+           "(`experiments.lengths`; Task 1: the same distances, longer side segments). Test "
+           "accuracy %, mean [95 % percentile-bootstrap CI] over seeds; `n/a`: the PE cannot "
+           "reach that length (a learned table). The last column is what the spectral module "
+           "says at the longest length.", ""]
+  for task in sorted({r["task"] for r in plain}):
+    rows = sorted((r for r in plain if r["task"] == task),
+                  key=lambda r: (r["preset"], r["faithful"], r["pe"]))
+    factors = [x["factor"] for x in rows[0]["lengths"]]
+    head = " | ".join(f"{f:g}× ({int(round(f * rows[0]['train_len']))})" for f in factors)
+    lines += [f"### {task}, trained at {rows[0]['train_len']} tokens", "",
+              f"| PE | mode | preset | n | plateaued | {head} | spectral prediction |",
+              "|---|---|---|---|---|" + "---|" * len(factors) + "---|"]
+    for r in rows:
+      pl = (r.get("plateau") or {}).get("per_seed")
+      pl = "?" if pl is None else f"{sum(pl)}/{len(pl)}"
+      name = r["pe"] + (f" (k={r['rope_heads']})" if r.get("rope_heads") else "")
+      cells = " | ".join(_cell(x) for x in r["lengths"])
+      lines.append(f"| {name} | {'faithful' if r['faithful'] else 'clean'} | "
+                   f"{r['preset']} | {len(r['seeds'])} | {pl} | {cells} | "
+                   f"{_prediction_txt(r)} |")
+    fig = os.path.join(figdir, f"lengths_{task}.png")
+    plotting.length_curves(rows, fig)
+    lines += ["", f"![lengths {task}]({rel(fig)})", ""]
+    scaled = sorted((r for r in results if r["task"] == task
+                     and r.get("rope_scaling", "none") != "none" and not r.get("shift")),
+                    key=lambda r: (r["pe"], r["rope_scaling"]))
+    if scaled:
+      lines += ["Eval-time context extension of the trained rotary models (no retraining): "
+                "position interpolation (pi), NTK-aware base (ntk), YaRN.", "",
+                f"| PE | scaling | n | {head} |", "|---|---|---|" + "---|" * len(factors)]
+      for base_run in (r for r in rows if any(s["pe"] == r["pe"] for s in scaled)):
+        lines.append(f"| {base_run['pe']} | none | {len(base_run['seeds'])} | "
+                     + " | ".join(_cell(x) for x in base_run["lengths"]) + " |")
+        for r in (s for s in scaled if s["pe"] == base_run["pe"]):
+          lines.append(f"| {r['pe']} | {r['rope_scaling']} | {len(r['seeds'])} | "
+                       + " | ".join(_cell(x) for x in r["lengths"]) + " |")
+      lines.append("")
+  return lines
+
+
+def render(runs, out, figdir, ceiling_examples, lengths=()) -> str:
   from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
@@ -678,6 +773,7 @@ def render(runs, out, figdir, ceiling_examples) -> str:
       if pt:
         parts += pt + [""]
   parts += deposit_section(runs, figdir, outdir)
+  parts += lengths_section(list(lengths), figdir, outdir)
   parts += spectra_section(runs)
   if ceil:
     parts += ["## Task 1 ceilings", "",
@@ -697,7 +793,8 @@ def main(argv):
     print(f"error: no runs with summary.json under {FLAGS.runs}/<task>/<run>/",
           file=sys.stderr)
     return 2
-  text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples)
+  text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
+                load_lengths(FLAGS.lengths))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

@@ -79,15 +79,14 @@ def test_deposit_score_bounds():
   assert ablation.deposit_scores(base, none)["score"][0, 0] == 0.0
 
 
-def test_ablate_cli_writes_json_and_heatmap(tmp_path):
+def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   import json
   import os
+  import shutil
   import subprocess
   import sys
   wd = str(tmp_path / "run")
-  subprocess.run([sys.executable, "-m", "experiments.sweep", "--preset=smoke",
-                  "--seeds=2", "--steps=12", f"--workdir={wd}"], check=True,
-                 capture_output=True)
+  shutil.copytree(sweep_reference[0], wd)
   out = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}"],
                        capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-2000:]
@@ -99,7 +98,7 @@ def test_ablate_cli_writes_json_and_heatmap(tmp_path):
                      (res["max_drop_points_mean"], res["max_drop_points_ci95"])):
     for m, (lo, hi) in zip(means, cis):  # bootstrap intervals around the mean
       assert lo - 1e-9 <= m <= hi + 1e-9
-  assert "checkpoint step 12;" in out.stdout
+  assert "checkpoint step 24;" in out.stdout
   for l, row in enumerate(res["mean_drop_points"]):  # the console names the heatmap's head
     assert f"layer {l}: head {int(np.argmax(row))} has the largest mean drop" in out.stdout
   with open(os.path.join(wd, "summary.json")) as f:
@@ -110,6 +109,14 @@ def test_ablate_cli_writes_json_and_heatmap(tmp_path):
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
                         f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
   assert bad.returncode == 2 and "error:" in bad.stderr
+  # unverifiable checkpoints (both kept steps altered): refused in one line
+  for step in os.listdir(os.path.join(wd, "ckpt")):
+    with open(os.path.join(wd, "ckpt", step, "meta", "metadata"), "w") as f:
+      f.write("{")
+  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}"],
+                       capture_output=True, text=True)
+  assert bad.returncode == 2 and "no usable checkpoint" in bad.stderr, bad.stderr[-2000:]
+  assert "Traceback" not in bad.stderr
   nockpt = tmp_path / "nockpt"  # a config but no checkpoints: refused, nothing created
   nockpt.mkdir()
   (nockpt / "config.json").write_text(open(os.path.join(wd, "config.json")).read())

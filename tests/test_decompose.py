@@ -215,15 +215,14 @@ def test_mla_terms(faithful):
   assert ("hadamard_residual" in summ[0]) == (not faithful)
 
 
-def test_decompose_cli(tmp_path):
+def test_decompose_cli(sweep_reference, tmp_path):
   import json
   import os
+  import shutil
   import subprocess
   import sys
   wd = str(tmp_path / "run")
-  subprocess.run([sys.executable, "-m", "experiments.sweep", "--preset=smoke",
-                  "--seeds=2", "--steps=12", f"--workdir={wd}"], check=True,
-                 capture_output=True)
+  shutil.copytree(sweep_reference[0], wd)
   out = subprocess.run([sys.executable, "-m", "experiments.decompose",
                         f"--workdir={wd}", "--examples=8"], capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-2000:]

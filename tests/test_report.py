@@ -84,10 +84,34 @@ def test_report_verdicts_tables_and_figures(tmp_path):
          "deposit_head_ratio_mean": 0.6, "other_heads_ratio_mean": 1.0}
   with open(os.path.join(runs, T1, "rope-study", "decompose.json"), "w") as f:
     json.dump(dec, f)
+  # length generalisation: two runs, one that cannot reach 2x, plus a scaling
+  lengths = tmp_path / "lengths"
+  def _len_run(name, pe, accs, scaling="none", prediction=None):
+    rows = []
+    for f, acc in zip((1.0, 2.0), accs):
+      rows.append({"factor": f, "seq_len": int(20 * f), "accuracy": acc,
+                   "mean": None if acc is None else float(np.mean(acc)),
+                   "ci95": None if acc is None else [min(acc), max(acc)],
+                   "error": None if acc is not None else "exceeds max_len",
+                   "prediction": prediction or {}})
+    os.makedirs(lengths / name, exist_ok=True)
+    res = {"pe": pe, "task": "distance", "faithful": False, "preset": "cpu",
+           "rope_heads": None, "seeds": [0, 1], "train_len": 20,
+           "rope_scaling": scaling, "shift": 0, "lengths": rows}
+    suffix = "" if scaling == "none" else f"-{scaling}"
+    with open(lengths / name / f"lengths{suffix}.json", "w") as f:
+      json.dump(res, f)
+  _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.5, 0.3]),
+           prediction={"rope_min_base": 790.7, "rope_base": 10000.0,
+                       "rope_base_feasible": True})
+  _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.6, 0.4]), scaling="yarn")
+  _len_run("learned-cpu", "learned", ([0.95, 0.93], None))
+  with open(lengths / "rope-cpu" / "summary.json", "w") as f:
+    json.dump({"plateau": {"per_seed": [True, False]}}, f)
   out = tmp_path / "RESULTS.md"
   fig = tmp_path / "fig"
   cmd = [sys.executable, "-m", "experiments.report", f"--runs={runs}", f"--out={out}",
-         f"--figdir={fig}", "--ceiling_examples=200"]
+         f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}"]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   text = out.read_text()
@@ -123,8 +147,12 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "| *ceiling (long, study)* | | | | 100.0 |" in text
   assert "chance 1.0 % (101 classes), ceiling 100 %" in text
   assert "| distance | rope | clean | 0 | 0.800 [0.600, 1.000] | 0.600 vs 1.000 |" in text
+  assert ("| rope | clean | cpu | 2 | 1/2 | 85.0 [80.0, 90.0] | 40.0 [30.0, 50.0] | "
+          "base 1e+04 ≥ rope_min_base(40) = 790.7 |") in text
+  assert "| learned | clean | cpu | 2 | ? | 94.0 [93.0, 95.0] | n/a | — |" in text
+  assert "| rope | yarn | 2 | 85.0 [80.0, 90.0] | 50.0 [40.0, 60.0] |" in text
   for f in ("curves_distance_study.png", "curves_count_study.png",
-            "ablation_seeds_distance_rope-deposit.png"):
+            "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
   # hand-written notes survive a re-render
   out.write_text(text + "\n<!-- hand-written notes below are kept by experiments.report -->\nNOTE\n")

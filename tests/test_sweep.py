@@ -42,14 +42,6 @@ def test_sweep_writes_workdir(reference):
   assert "per-seed" in out.stdout  # final table on stdout
 
 
-def test_same_flags_twice_identical(reference, tmp_path):
-  wd, _ = reference
-  wd2 = str(tmp_path / "again")
-  _sweep(*COMMON, f"--workdir={wd2}")
-  assert _summary(wd2)["test_accuracy"] == _summary(wd)["test_accuracy"]
-  assert _summary(wd2)["train_accuracy"] == _summary(wd)["train_accuracy"]
-
-
 def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
   wd, _ = reference
   wd2 = str(tmp_path / "killed")
@@ -192,6 +184,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--learning_rate=nan"], "--learning_rate must be a finite number > 0"),
     (["--learning_rate=inf"], "--learning_rate must be a finite number > 0"),
     (["--rope_heads=1"], "only applies to --pe=partial_rope"),
+    (["--record_spectra=-1"], "--record_spectra must be >= 0"),
     (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
     (["--seed_group=-1"], "--seed_group must be >= 0"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
@@ -220,8 +213,6 @@ def test_record_spectra_survives_resume(tmp_path):
   assert [r["step"] for r in rows] == [6, 12]
   assert len(rows[0]["contraction_ratio"]) == 2  # seeds
   assert os.path.exists(os.path.join(wd, "spectra.png"))
-  bad = _sweep("--preset=smoke", "--record_spectra=-1", check=False)
-  assert bad.returncode != 0 and "record_spectra" in bad.stderr
 
 
 def test_config_fields_added_later_with_none_default_still_match():

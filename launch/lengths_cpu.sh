@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Length-generalisation study on the CPU (cpu preset, Task 1, 8 seeds per PE):
+# trains each PE (resumable: rerun to continue), evaluates every seed at 1-4x
+# the training length (plus PI/NTK/YaRN for RoPE), and copies each finished
+# run's small files to results/lengths/<pe>/ so the report rebuilds from git.
+#   launch/lengths_cpu.sh [PE ...]      (default: the list below)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PES=("$@")
+[[ ${#PES[@]} -gt 0 ]] || PES=(rope alibi sinusoidal relative mla rope_sinusoidal nope)
+for pe in "${PES[@]}"; do
+  wd="runs/lengths/${pe}-cpu"
+  python -m experiments.sweep --preset=cpu --task=distance --pe="$pe" --seeds=8 \
+    --workdir="$wd"
+  python -m experiments.lengths --workdir="$wd"
+  if [[ "$pe" == rope || "$pe" == rope_sinusoidal ]]; then
+    for s in pi ntk yarn; do python -m experiments.lengths --workdir="$wd" --rope_scaling="$s"; done
+  fi
+  out="results/lengths/${pe}-cpu"
+  mkdir -p "$out"
+  cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/lengths*.json "$out"/
+done
