@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral import positional, rng
+from pe_spectral import positional, rng, speed
 
 __all__ = ["attention", "attention_logits", "dropout", "torch_linear_init",
            "torch_linear", "paper_mla_rotary", "MultiHeadAttention",
@@ -32,7 +32,10 @@ def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
   """Inverted dropout with an explicit key; identity if ``key`` is None or rate 0."""
   if key is None or rate == 0.0:
     return x
-  keep = rng.bernoulli(key, 1.0 - rate, x.shape)  # == jax.random.bernoulli, faster
+  if speed.enabled():
+    keep = rng.bernoulli(key, 1.0 - rate, x.shape)  # == jax.random.bernoulli, faster
+  else:
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
   return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
 
 
@@ -89,7 +92,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   chex.assert_axis_dimension(k, 2, q.shape[2])
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  out = _attend(q, k, v, bias, mask, dropout_key, float(scale), float(dropout_rate))
+  if speed.enabled():
+    out = _attend(q, k, v, bias, mask, dropout_key, float(scale), float(dropout_rate))
+  else:  # the reference: plain autodiff (forward mode works)
+    out = _attend_fwd(q, k, v, bias, mask, dropout_key, float(scale),
+                      float(dropout_rate))[0]
   if head_mask is not None:
     out = _mask_heads(out, head_mask)
   return out
@@ -167,12 +174,17 @@ def torch_linear_init(fan_in: int):
   return init
 
 
-@jax.custom_vjp
 def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
-  """``y + bias`` over the last axis; the bias gradient is a matrix-vector
-  product. (Autodiff's equivalent sum over all leading axes becomes a
-  reduce-window on XLA:CPU, ~7x slower for a ``[64, 128, 256]`` gradient, and
-  there is one per linear layer.)"""
+  """``y + bias`` over the last axis. With the speed layer on
+  (:mod:`pe_spectral.speed`) the bias gradient is a matrix-vector product:
+  autodiff's equivalent sum over all leading axes becomes a reduce-window on
+  XLA:CPU, ~7x slower for a ``[64, 128, 256]`` gradient, and there is one per
+  linear layer."""
+  return _add_bias_fast(y, bias) if speed.enabled() else y + bias
+
+
+@jax.custom_vjp
+def _add_bias_fast(y: jax.Array, bias: jax.Array) -> jax.Array:
   return y + bias
 
 
@@ -185,7 +197,7 @@ def _add_bias_bwd(_, d_y):
   return d_y, jnp.ones((rows.shape[0],), rows.dtype) @ rows
 
 
-add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+_add_bias_fast.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 
 class Linear(nnx.Linear):
