@@ -19,7 +19,7 @@ from flax import nnx
 
 from pe_spectral import positional, rng, speed
 
-__all__ = ["attention", "attention_logits", "dropout", "torch_linear_init",
+__all__ = ["attention", "attention_logits", "softmax_probs", "dropout", "torch_linear_init",
            "torch_linear", "paper_mla_rotary", "MultiHeadAttention",
            "LatentAttention"]
 
@@ -102,8 +102,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   return out
 
 
-def _probs(q, k, bias, mask, scale, dtype):
-  """Softmax probabilities ``[batch, heads, q, k]`` (float32 softmax)."""
+def softmax_probs(q, k, bias, mask, scale, dtype):
+  """Softmax probabilities ``[batch, heads, q, k]`` (float32 softmax): the one
+  place where :func:`attention` turns logits ``q k^T * scale + bias`` into
+  probabilities (tests capture the model's real logits here)."""
   logits = attention_logits(q * scale, k, bias=bias, scale=1.0)
   if mask is not None:
     logits = jnp.where(mask, logits, _MASK_VALUE)
@@ -121,7 +123,7 @@ def _hm(x):
 
 
 def _attend_fwd(q, k, v, bias, mask, key, scale, rate):
-  p = _probs(q, k, bias, mask, scale, v.dtype)
+  p = softmax_probs(q, k, bias, mask, scale, v.dtype)
   out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, rate, key), _hm(v)))
   return out, (q, k, v, bias, mask, key, p, out)
 

@@ -88,12 +88,12 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
   _, e, xs = model.forward(ids)
   _, e_c, xs_c = model.forward(ids, input_pe=False)
   captured = []
-  original = attention._probs
+  original = attention.softmax_probs
   def spy(q, k, bias, mask, scale, dtype):
     captured.append(np.asarray(attention.attention_logits(q * scale, k, bias=bias,
                                                           scale=1.0)))
     return original(q, k, bias, mask, scale, dtype)
-  monkeypatch.setattr(attention, "_probs", spy)
+  monkeypatch.setattr(attention, "softmax_probs", spy)
   model(ids)  # un-jitted: concrete values reach the spy
   assert len(captured) == cfg.num_layers
   for layer in range(cfg.num_layers):
