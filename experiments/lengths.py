@@ -105,6 +105,24 @@ def predictions(cfg, params, n: int, train_len: int) -> dict:
     out["relative_symbol_spread_max_per_seed"] = now.tolist()
     out["relative_spread_vs_train"] = float(np.mean(now / spread_bound(train_len)))
     out["relative_table_reach"] = int(r)
+  if cfg.spec.bias in ("kerple_log", "kerple_power"):
+    kind = cfg.spec.bias.split("_")[1]
+    blocks = params["blocks"]
+    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
+
+    def kerple_spread(length):  # [seeds]: the largest over layers and heads
+      per_layer = []
+      for blk in blocks:
+        r1, r2 = positional.kerple_params(np.asarray(blk["kerple_r1"]),
+                                          np.asarray(blk["kerple_r2"]), kind=kind)
+        lo, hi = spectral.toeplitz_eig_bounds(
+            positional.kerple_coeffs(length, r1, r2, kind=kind))
+        per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
+      return np.concatenate(per_layer, 1).max(1)
+
+    now = kerple_spread(n)
+    out["kerple_symbol_spread_max_per_seed"] = now.tolist()
+    out["kerple_spread_vs_train"] = float(np.mean(now / kerple_spread(train_len)))
   if cfg.spec.rotary in ("all", "partial") or (cfg.spec.rotary == "mla"
                                               and not cfg.paper_rotary):
     d = cfg.mla_rope_dim if cfg.spec.rotary == "mla" else cfg.head_dim

@@ -678,6 +678,8 @@ def _prediction_txt(res) -> str:
   if "relative_spread_vs_train" in p:
     bits.append(f"relative-bias symbol spread ×{p['relative_spread_vs_train']:.2f} at {n} "
                 f"(table reach {p['relative_table_reach']})")
+  if "kerple_spread_vs_train" in p:
+    bits.append(f"KERPLE bias symbol spread ×{p['kerple_spread_vs_train']:.1f} at {n}")
   if "rope_min_base" in p:
     feas = "≥" if p["rope_base_feasible"] else "<"
     bits.append(f"base {p['rope_base']:.4g} {feas} rope_min_base({n}) = "

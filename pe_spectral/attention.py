@@ -260,9 +260,10 @@ class MultiHeadAttention(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
                rope_base: float = 10000.0, rope_scaling=None,
-               attn_dropout: float = 0.0,
+               rope_fraction=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
+    self.rope_fraction = rope_fraction
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rope_base = rope_base
@@ -283,9 +284,11 @@ class MultiHeadAttention(nnx.Module):
     if self.rope_heads > 0:
       pos = positions[:, None]  # broadcasts against [batch, seq, heads]
       q_rot = positional.apply_rope(q, pos, base=self.rope_base,
-                                    scaling=self.rope_scaling)
+                                    scaling=self.rope_scaling,
+                                    fraction=self.rope_fraction)
       k_rot = positional.apply_rope(k, pos, base=self.rope_base,
-                                    scaling=self.rope_scaling)
+                                    scaling=self.rope_scaling,
+                                    fraction=self.rope_fraction)
       if self.rope_heads < self.num_heads:
         # where() keeps heads >= rope_heads bit-identical to the unrotated ones.
         rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]

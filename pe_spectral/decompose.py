@@ -93,11 +93,11 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
     out["mla_content"] = gram(q_rot[..., :c], k_rot[..., :c])
     out["mla_rotary"] = gram(q_rot[..., c:], k_rot[..., c:])
     if not cfg.paper_rotary:
-      theta = S.rope_frequencies(cfg.mla_rope_dim, cfg.rope_base)
+      theta = jnp.asarray(cfg.rotary_frequencies(), jnp.float32)
       had = S.rope_logits(qh[..., c:], kh[..., c:], theta) * scale
       out["hadamard"] = gram(q[..., :c], k[..., :c]) + had + bias
   elif cfg.num_rope_heads:
-    theta = S.rope_frequencies(cfg.head_dim, cfg.rope_base)
+    theta = jnp.asarray(cfg.rotary_frequencies(), jnp.float32)
     # Hadamard form per head: [b, h, n, d] -> Re Σ_j (z_j w_j*) ∘ G_θj
     had = S.rope_logits(qh, kh, theta) * scale
     rotated = (jnp.arange(h) < cfg.num_rope_heads)[None, :, None, None]

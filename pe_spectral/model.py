@@ -66,6 +66,8 @@ class ModelConfig:
     mla_shared_rope_query: one rotary query for all heads (paper); default:
       per-head in clean mode, shared in faithful mode.
     mla_paper_rotary: the paper's buggy rotary transform; default: faithful.
+    rope_fraction: p-RoPE's share of rotating frequency pairs (``p_rope`` only;
+      default 0.75).
     rope_scaling, rope_scaling_factor, rope_scaling_original_len: an
       eval-time rotary context extension (``"pi"``, ``"ntk"``, ``"yarn"``;
       :class:`positional.RopeScaling`) applied to an already-trained model by
@@ -96,6 +98,7 @@ class ModelConfig:
   mla_paper_rotary: Optional[bool] = None
   init_scheme: Optional[str] = None
   alibi_slopes: Optional[str] = None
+  rope_fraction: Optional[float] = None
   rope_scaling: Optional[str] = None
   rope_scaling_factor: Optional[float] = None
   rope_scaling_original_len: Optional[int] = None
@@ -112,6 +115,11 @@ class ModelConfig:
           f"({self.num_heads})")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):
       raise ValueError(f"rope_base must be a finite number > 0, got {self.rope_base}")
+    if self.rope_fraction is not None:
+      if self.pe != "p_rope":
+        raise ValueError("rope_fraction only applies to pe='p_rope'")
+      if not 0.0 <= self.rope_fraction <= 1.0:
+        raise ValueError(f"rope_fraction must be in [0, 1], got {self.rope_fraction}")
     if self.rope_scaling is not None:
       if spec.rotary is None:
         raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
@@ -174,6 +182,21 @@ class ModelConfig:
     if rotary == "partial":
       return self.rope_heads
     return 0
+
+  @property
+  def p_rope_fraction(self) -> Optional[float]:
+    """p-RoPE's fraction of rotating pairs (None for every other PE)."""
+    if self.pe != "p_rope":
+      return None
+    return 0.75 if self.rope_fraction is None else self.rope_fraction
+
+  def rotary_frequencies(self) -> np.ndarray:
+    """The inverse frequencies ``[d/2]`` this model's rotary heads (or MLA's
+    rotary channel) use: base, p-RoPE fraction and eval-time scaling applied.
+    The one definition the model and ``decompose`` share."""
+    d = self.mla_rope_dim if self.is_mla else self.head_dim
+    return positional.rope_inverse_frequencies(d, self.rope_base, self.rope_scaling_spec,
+                                               self.p_rope_fraction)
 
   @property
   def is_mla(self) -> bool:
@@ -260,7 +283,7 @@ class _Block(nnx.Module):
       self.attn = MultiHeadAttention(
           cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
           rope_base=cfg.rope_base, rope_scaling=cfg.rope_scaling_spec,
-          attn_dropout=cfg.dropout,
+          rope_fraction=cfg.p_rope_fraction, attn_dropout=cfg.dropout,
           init_scheme=cfg.init, rngs=rngs)
     self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
                             init_scheme=cfg.init)
@@ -271,6 +294,12 @@ class _Block(nnx.Module):
               else 2 * cfg.relative_distance + 1)
       self.rel_table = nnx.Param(
           0.02 * jax.random.normal(rngs.params(), (rows, cfg.num_heads)))
+    if cfg.spec.bias in ("kerple_log", "kerple_power"):
+      # unconstrained; r1 = softplus -> 1 and r2 -> 1 at init for every head
+      inv_softplus_1 = math.log(math.expm1(1.0))
+      self.kerple_r1 = nnx.Param(jnp.full((cfg.num_heads,), inv_softplus_1))
+      self.kerple_r2 = nnx.Param(jnp.full(
+          (cfg.num_heads,), inv_softplus_1 if cfg.spec.bias == "kerple_log" else 0.0))
 
   def bias(self, seq_len: int, alibi: Optional[jax.Array]):
     """Additive logit bias ``[heads, seq, seq]`` of this layer, or None."""
@@ -278,6 +307,11 @@ class _Block(nnx.Module):
       return positional.relative_bias_from_table(
           self.rel_table[...], seq_len, max_distance=self.cfg.relative_distance,
           num_buckets=self.cfg.relative_buckets)
+    if self.cfg.spec.bias in ("kerple_log", "kerple_power"):
+      kind = self.cfg.spec.bias.split("_")[1]
+      r1, r2 = positional.kerple_params(self.kerple_r1[...], self.kerple_r2[...],
+                                        kind=kind)
+      return positional.kerple_bias(seq_len, r1, r2, kind=kind)
     return alibi
 
   def head_outputs(self, x, e, *, positions, alibi, mask, key=None):

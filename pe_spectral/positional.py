@@ -30,7 +30,8 @@ __all__ = [
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
     "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
-    "yarn_attention_factor", "rope_inverse_frequencies",
+    "yarn_attention_factor", "rope_inverse_frequencies", "p_rope_frequencies",
+    "kerple_bias", "kerple_coeffs", "kerple_params",
 ]
 
 
@@ -42,7 +43,8 @@ class PESpec:
     name: the ``--pe`` name.
     input: ``None``, ``"sinusoidal"`` or ``"learned"`` -- a table added to the
       token embeddings.
-    bias: ``None``, ``"relative"`` or ``"alibi"`` -- an additive logit bias.
+    bias: ``None``, ``"relative"``, ``"alibi"``, ``"kerple_log"`` or
+      ``"kerple_power"`` -- an additive logit bias.
     rotary: ``None``, ``"all"`` (every head), ``"partial"`` (first
       ``rope_heads`` heads) or ``"mla"`` (decoupled rotary channel of MLA).
     description: one line for ``--help`` and reports.
@@ -84,6 +86,13 @@ PE_REGISTRY: dict[str, PESpec] = {
                description="rotary on the first rope_heads heads only"),
         PESpec("rope_sinusoidal", input="sinusoidal", rotary="all",
                description="input sinusoid + rotary (what the paper's code calls rope)"),
+        PESpec("kerple_log", bias="kerple_log",
+               description="KERPLE (log): -r1_h log(1 + r2_h |i-j|), r1, r2 > 0 learned"),
+        PESpec("kerple_power", bias="kerple_power",
+               description="KERPLE (power): -r1_h |i-j|^r2_h, r1 > 0, 0 < r2 <= 2 learned"),
+        PESpec("p_rope", rotary="all",
+               description="p-RoPE: rotary on the highest rope_fraction of the "
+               "frequency pairs, the rest unrotated"),
         PESpec("mla", rotary="mla",
                description="DeepSeek-style multi-head latent attention with "
                "decoupled RoPE"),
@@ -190,13 +199,28 @@ class RopeScaling:
     return yarn_attention_factor(self.factor) if self.kind == "yarn" else 1.0
 
 
+def p_rope_frequencies(head_dim: int, p: float, *, base: float = 10000.0) -> np.ndarray:
+  """p-RoPE (Barbero et al. 2024, arXiv 2410.06205): the ``[head_dim/2]``
+  inverse frequencies with only the highest ``round(p · head_dim/2)`` pairs
+  rotating (``base^(-2i/d)``, ``i`` small) and the lowest-frequency pairs set to
+  0 -- unrotated, free to carry content. ``p = 1`` is RoPE, ``p = 0`` NoPE."""
+  if not 0.0 <= p <= 1.0:
+    raise ValueError(f"p must be in [0, 1], got {p}")
+  freqs = _inverse_freqs(head_dim // 2, head_dim, base)
+  keep = int(round(p * (head_dim // 2)))
+  return np.where(np.arange(head_dim // 2) < keep, freqs, 0.0)
+
+
 def rope_inverse_frequencies(head_dim: int, base: float = 10000.0,
-                             scaling: Optional[RopeScaling] = None) -> np.ndarray:
+                             scaling: Optional[RopeScaling] = None,
+                             fraction: Optional[float] = None) -> np.ndarray:
   """``θ_i = base^(-2i/head_dim)``, ``i < head_dim/2`` (float64), with
-  ``scaling`` applied when given."""
+  ``scaling`` applied when given and, for p-RoPE, only the highest
+  ``fraction`` of the pairs rotating (:func:`p_rope_frequencies`)."""
   if scaling is not None and scaling.kind == "ntk":
     base = ntk_base(base, scaling.factor, head_dim)
-  freqs = _inverse_freqs(head_dim // 2, head_dim, base)
+  freqs = (_inverse_freqs(head_dim // 2, head_dim, base) if fraction is None
+           else p_rope_frequencies(head_dim, fraction, base=base))
   if scaling is None or scaling.kind == "ntk":
     return freqs
   if scaling.kind == "pi":
@@ -206,19 +230,20 @@ def rope_inverse_frequencies(head_dim: int, base: float = 10000.0,
 
 def rope_angles(positions: jax.Array, head_dim: int,
                 base: float = 10000.0,
-                scaling: Optional[RopeScaling] = None) -> jax.Array:
+                scaling: Optional[RopeScaling] = None,
+                fraction: Optional[float] = None) -> jax.Array:
   """Angles ``positions[..., None] * θ_i``, shape ``[..., head_dim/2]``
   (:func:`rope_inverse_frequencies`).
 
   NumPy positions give float64 NumPy angles: a constant under ``jit``.
   """
-  freqs = rope_inverse_frequencies(head_dim, base, scaling)
+  freqs = rope_inverse_frequencies(head_dim, base, scaling, fraction)
   if isinstance(positions, np.ndarray):
     return positions.astype(np.float64)[..., None] * freqs
   return jnp.asarray(positions, jnp.float32)[..., None] * freqs.astype(np.float32)
 
 
-def _rope_tables(positions, head_dim: int, base: float, scaling=None):
+def _rope_tables(positions, head_dim: int, base: float, scaling=None, fraction=None):
   """``cos``/``sin`` of the angles, each repeated to ``[..., head_dim]`` (pairs share one).
 
   Concrete (NumPy) positions -- what the model passes -- give NumPy constants
@@ -226,7 +251,7 @@ def _rope_tables(positions, head_dim: int, base: float, scaling=None):
   inside the fused rotation for every batch row and head (measured: the
   fusion was the single most expensive op of a forward pass).
   """
-  angles = rope_angles(positions, head_dim, base, scaling)  # [..., head_dim/2]
+  angles = rope_angles(positions, head_dim, base, scaling, fraction)  # [..., head_dim/2]
   if isinstance(angles, np.ndarray):  # float64 NumPy angles -> float32 constants
     return (np.repeat(np.cos(angles), 2, axis=-1).astype(np.float32),
             np.repeat(np.sin(angles), 2, axis=-1).astype(np.float32))
@@ -235,7 +260,8 @@ def _rope_tables(positions, head_dim: int, base: float, scaling=None):
 
 def apply_rope(x: jax.Array, positions: jax.Array, *,
                base: float = 10000.0,
-               scaling: Optional[RopeScaling] = None) -> jax.Array:
+               scaling: Optional[RopeScaling] = None,
+               fraction: Optional[float] = None) -> jax.Array:
   """Rotates interleaved pairs ``(2i, 2i+1)`` of ``x`` by ``positions * theta_i``.
 
   Args:
@@ -245,6 +271,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
     base: frequency base; ``theta_i = base ** (-2i / head_dim)``.
     scaling: an eval-time context extension (:class:`RopeScaling`): its
       frequencies, and for YaRN its attention factor on the output.
+    fraction: p-RoPE's ``p`` (:func:`p_rope_frequencies`); None = every pair.
 
   Returns:
     An array of ``x``'s shape and dtype. ``<apply_rope(q, m), apply_rope(k, n)>``
@@ -253,7 +280,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   head_dim = x.shape[-1]
   if head_dim % 2:
     raise ValueError(f"apply_rope needs an even head_dim, got {head_dim}")
-  cos, sin = _rope_tables(positions, head_dim, base, scaling)
+  cos, sin = _rope_tables(positions, head_dim, base, scaling, fraction)
   if scaling is not None and scaling.attention_factor != 1.0:
     cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
   cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
@@ -262,6 +289,46 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   rotated_half = jnp.stack([-x_pairs[..., 1], x_pairs[..., 0]], axis=-1)
   rotated_half = rotated_half.reshape(x.shape)
   return x * cos + rotated_half * sin
+
+
+# ----------------------------------------------------------------------------
+# KERPLE (Chi et al. 2022): kernelized relative positional biases.
+# ----------------------------------------------------------------------------
+
+def kerple_params(raw_r1: jax.Array, raw_r2: jax.Array, *, kind: str):
+  """Positive ``(r1, r2)`` from unconstrained parameters: ``r1 = softplus``;
+  ``r2 = softplus`` (log) or ``2 · sigmoid`` (power, ``0 < r2 <= 2``)."""
+  r1 = jax.nn.softplus(raw_r1)
+  if kind == "log":
+    return r1, jax.nn.softplus(raw_r2)
+  if kind == "power":
+    return r1, 2.0 * jax.nn.sigmoid(raw_r2)
+  raise ValueError(f"kerple kind must be 'log' or 'power', got {kind!r}")
+
+
+def kerple_coeffs(seq_len: int, r1, r2, *, kind: str) -> jax.Array:
+  """Toeplitz coefficients ``[..., 2n-1]`` (``t_k``, ``k = -(n-1)..n-1``) of
+  the KERPLE bias: ``-r1 log(1 + r2 |k|)`` or ``-r1 |k|^r2``; symmetric, so
+  they feed :func:`spectral.toeplitz_eig_bounds` directly."""
+  k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
+  r1 = jnp.asarray(r1, jnp.float32)[..., None]
+  r2 = jnp.asarray(r2, jnp.float32)[..., None]
+  if kind == "log":
+    return -r1 * jnp.log1p(r2 * k)
+  if kind == "power":
+    # |0|^r2 = 0 for r2 > 0; written so the gradient at k = 0 stays finite
+    safe = jnp.where(k > 0, k, 1.0)
+    return jnp.where(k > 0, -r1 * safe ** r2, 0.0)
+  raise ValueError(f"kerple kind must be 'log' or 'power', got {kind!r}")
+
+
+def kerple_bias(seq_len: int, r1, r2, *, kind: str) -> jax.Array:
+  """KERPLE logit bias ``[heads, seq_len, seq_len]`` for per-head ``r1, r2 > 0``
+  (``[heads]``): ``bias[h, m, n] = -r1_h log(1 + r2_h |m - n|)`` (``kind="log"``)
+  or ``-r1_h |m - n|^r2_h`` (``kind="power"``, ``0 < r2 <= 2``)."""
+  coeffs = kerple_coeffs(seq_len, r1, r2, kind=kind)  # [..., 2n-1]
+  i = jnp.arange(seq_len)
+  return coeffs[..., i[:, None] - i[None, :] + seq_len - 1]
 
 
 # ----------------------------------------------------------------------------

@@ -41,9 +41,11 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
   H, d = cfg.num_heads, cfg.head_dim
   q, k = q.reshape(b, n, H, d), k.reshape(b, n, H, d)
   if rotate:
+    # p-RoPE: only the highest round(p d/2) pairs turn (Barbero et al. 2024)
+    turning = d // 2 if cfg.pe != "p_rope" else int(round(0.75 * (d // 2)))
     for head in range(cfg.num_rope_heads):
       for m in range(n):
-        for i in range(d // 2):
+        for i in range(turning):
           t = m * cfg.rope_base ** (-2.0 * i / d)
           c, s_ = np.cos(t), np.sin(t)
           for x in (q, k):
@@ -61,6 +63,16 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
       for i in range(n):
         for j in range(n):
           out[:, head, i, j] -= slopes[head] * abs(i - j)
+  elif cfg.spec.bias in ("kerple_log", "kerple_power"):
+    softplus = lambda x: np.log1p(np.exp(x))
+    r1 = softplus(_np(blk["kerple_r1"]))
+    raw2 = _np(blk["kerple_r2"])
+    r2 = softplus(raw2) if cfg.spec.bias == "kerple_log" else 2 / (1 + np.exp(-raw2))
+    for i in range(n):
+      for j in range(n):
+        dist = abs(i - j)
+        out[:, :, i, j] += (-r1 * np.log(1 + r2 * dist) if cfg.spec.bias == "kerple_log"
+                            else -r1 * dist ** r2)
   elif cfg.spec.bias == "relative":
     table, r = _np(blk["rel_table"]), cfg.relative_distance
     for i in range(n):
@@ -71,7 +83,8 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
 
 ORACLE_PES = [(pe, False) for pe in ("nope", "sinusoidal", "learned", "alibi",
                                       "relative", "rope", "rope_sinusoidal",
-                                      "partial_rope")]
+                                      "partial_rope", "kerple_log", "kerple_power",
+                                      "p_rope")]
 ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal")]
 
 

@@ -152,7 +152,8 @@ def test_relative_bias_is_toeplitz():
 
 def test_registry_and_unknown_name():
   assert set(P.PE_NAMES) == {"nope", "sinusoidal", "learned", "relative", "alibi",
-                             "rope", "partial_rope", "rope_sinusoidal", "mla"}
+                             "rope", "partial_rope", "rope_sinusoidal", "mla",
+                             "kerple_log", "kerple_power", "p_rope"}
   assert P.get_pe("rope_sinusoidal").kinds == ("input", "rotary")
   assert P.get_pe("alibi").kinds == ("bias",)
   with pytest.raises(ValueError, match="valid names: nope"):
@@ -169,3 +170,53 @@ def test_pe_functions_jit_and_vmap():
   slopes = jnp.asarray([0.5, 0.25])
   batched = jax.vmap(lambda s: P.alibi_bias(5, s))(slopes)
   np.testing.assert_allclose(batched, P.alibi_bias(5, slopes), atol=0)
+
+
+@pytest.mark.parametrize("kind", ["log", "power"])
+def test_kerple_bias_closed_form_and_symbol_bounds(kind):
+  """KERPLE (Chi et al. 2022) against a float64 loop of its definition, and
+  its Toeplitz coefficients enclose the dense bias's eigenvalues through
+  toeplitz_eig_bounds."""
+  from pe_spectral import spectral as S
+  r1, r2 = np.array([0.5, 2.0, 1.3]), np.array([0.3, 1.7, 1.0])
+  n = 9
+  got = np.asarray(P.kerple_bias(n, r1, r2, kind=kind))
+  want = np.zeros((3, n, n))
+  for h in range(3):
+    for i in range(n):
+      for j in range(n):
+        d = abs(i - j)
+        want[h, i, j] = (-r1[h] * math.log(1 + r2[h] * d) if kind == "log"
+                         else -r1[h] * d ** r2[h])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  lo, hi = S.toeplitz_eig_bounds(P.kerple_coeffs(n, r1, r2, kind=kind))
+  e = np.linalg.eigvalsh(want)
+  assert (np.asarray(lo) <= e[:, 0] + 1e-5).all() and (e[:, -1] <= np.asarray(hi) + 1e-5).all()
+  # the parametrisation keeps r1 > 0 and the power's 0 < r2 <= 2, with gradients
+  a, b = P.kerple_params(jnp.asarray([-30.0, 0.0, 30.0]), jnp.asarray([-30.0, 0.0, 30.0]),
+                         kind=kind)
+  assert (np.asarray(a) > 0).all() and (np.asarray(b) > 0).all()
+  if kind == "power":
+    assert (np.asarray(b) <= 2.0).all()
+  g = jax.grad(lambda x: P.kerple_bias(5, x, jnp.full(3, 1.5), kind=kind).sum())(
+      jnp.ones(3))
+  assert np.isfinite(np.asarray(g)).all()
+
+
+def test_p_rope_frequencies_and_rotation():
+  """p-RoPE (Barbero et al. 2024): the highest round(p d/2) frequencies
+  rotate, the rest are 0; pairs with frequency 0 are left exactly as they are."""
+  d = 16
+  want = [10000.0 ** (-2 * i / d) if i < 6 else 0.0 for i in range(8)]  # p = 0.75
+  np.testing.assert_allclose(P.p_rope_frequencies(d, 0.75), want, rtol=1e-12)
+  np.testing.assert_array_equal(P.p_rope_frequencies(d, 0.0), np.zeros(8))
+  np.testing.assert_allclose(P.p_rope_frequencies(d, 1.0),
+                             10000.0 ** (-2 * np.arange(8) / d), rtol=1e-12)
+  with pytest.raises(ValueError):
+    P.p_rope_frequencies(d, 1.5)
+  x = jax.random.normal(jax.random.key(0), (10, d))
+  pos = np.arange(10)
+  out = np.asarray(P.apply_rope(x, pos, fraction=0.75))
+  np.testing.assert_array_equal(out[:, 12:], np.asarray(x)[:, 12:])  # unrotated pairs
+  np.testing.assert_allclose(out[:, :12], np.asarray(P.apply_rope(x, pos))[:, :12],
+                             atol=1e-6)
