@@ -156,15 +156,15 @@ def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
     tr = train.Trainer(rc.model, rc.task, rc.train, num_train=64)
     params = tr.init_one(jnp.uint32(0))["params"]
     f = lambda p: tr.loss_fn(p, data.train_ids[:16], data.train_labels[:16], key)[0]
-    return params, f, jax.value_and_grad(f)(params)
+    return params, f, jax.jit(jax.value_and_grad(f))(params)
 
   assert speed.enabled()
-  params, _, (l_fast, g_fast) = loss_and_grad()
+  params, f_fast, (l_fast, g_fast) = loss_and_grad()
   with speed.reference():
     assert not speed.enabled()
     _, f_ref, (l_ref, g_ref) = loss_and_grad()
     tangent = jax.tree.map(jnp.ones_like, params)
-    _, jvp = jax.jvp(f_ref, (params,), (tangent,))  # forward mode
+    _, jvp = jax.jit(lambda p, t: jax.jvp(f_ref, (p,), (t,)))(params, tangent)
   assert speed.enabled()
   np.testing.assert_allclose(l_fast, l_ref, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g_ref)):
@@ -172,4 +172,4 @@ def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
   want = sum(float(jnp.sum(g)) for g in jax.tree.leaves(g_ref))  # <grad, ones>
   np.testing.assert_allclose(float(jvp), want, rtol=1e-3, atol=1e-4)
   with pytest.raises(TypeError):  # the fast path is reverse-mode only
-    jax.jvp(lambda p: loss_and_grad()[1](p), (params,), (tangent,))
+    jax.jvp(f_fast, (params,), (tangent,))
