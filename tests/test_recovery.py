@@ -16,6 +16,10 @@ import pytest
 from pe_spectral import runner
 from pe_spectral.checkpoint import CheckpointError, Checkpointer, tree_checksum
 
+# A failed restore leaves an un-awaited TensorStore future behind (inside
+# orbax); its garbage-collection warning is noise here.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
 STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,
          "count": jnp.arange(3, dtype=jnp.int32)}
 
