@@ -734,6 +734,25 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
           lines.append(f"| {r['pe']} | {r['rope_scaling']} | {len(r['seeds'])} | "
                        + " | ".join(_cell(x) for x in r["lengths"]) + " |")
       lines.append("")
+    shifted = sorted((r for r in results if r["task"] == task and r.get("shift")
+                      and r.get("rope_scaling", "none") == "none"),
+                     key=lambda r: (r["pe"], r["shift"]))
+    if shifted:
+      lines += ["Shifted starts: each test sentence moved right by a random 0..S pad tokens "
+                "(masked: the content and its relative positions are unchanged, the absolute "
+                "positions move).", ""]
+      for r in shifted:
+        base_run = next((b for b in rows if b["pe"] == r["pe"]), None)
+        fs = [x["factor"] for x in r["lengths"]]
+        lines += [f"| PE | S | " + " | ".join(f"{f:g}×" for f in fs) + " |",
+                  "|---|---|" + "---|" * len(fs)] if r is shifted[0] else []
+        if base_run is not None:
+          by_f = {x["factor"]: x for x in base_run["lengths"]}
+          lines.append(f"| {r['pe']} | 0 | " + " | ".join(
+              _cell(by_f[f]) if f in by_f else "—" for f in fs) + " |")
+        lines.append(f"| {r['pe']} | {r['shift']} | "
+                     + " | ".join(_cell(x) for x in r["lengths"]) + " |")
+      lines.append("")
   return lines
 
 

@@ -86,7 +86,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     json.dump(dec, f)
   # length generalisation: two runs, one that cannot reach 2x, plus a scaling
   lengths = tmp_path / "lengths"
-  def _len_run(name, pe, accs, scaling="none", prediction=None):
+  def _len_run(name, pe, accs, scaling="none", prediction=None, shift=0):
     rows = []
     for f, acc in zip((1.0, 2.0), accs):
       rows.append({"factor": f, "seq_len": int(20 * f), "accuracy": acc,
@@ -97,8 +97,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     os.makedirs(lengths / name, exist_ok=True)
     res = {"pe": pe, "task": "distance", "faithful": False, "preset": "cpu",
            "rope_heads": None, "seeds": [0, 1], "train_len": 20,
-           "rope_scaling": scaling, "shift": 0, "lengths": rows}
-    suffix = "" if scaling == "none" else f"-{scaling}"
+           "rope_scaling": scaling, "shift": shift, "lengths": rows}
+    suffix = ("" if scaling == "none" else f"-{scaling}") + (f"-shift{shift}" if shift else "")
     with open(lengths / name / f"lengths{suffix}.json", "w") as f:
       json.dump(res, f)
   _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.5, 0.3]),
@@ -106,6 +106,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
                        "rope_base_feasible": True})
   _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.6, 0.4]), scaling="yarn")
   _len_run("learned-cpu", "learned", ([0.95, 0.93], None))
+  _len_run("rope-cpu", "rope", ([0.7, 0.7], [0.2, 0.2]), shift=5)
   with open(lengths / "rope-cpu" / "summary.json", "w") as f:
     json.dump({"plateau": {"per_seed": [True, False]}}, f)
   out = tmp_path / "RESULTS.md"
@@ -151,6 +152,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
           "base 1e+04 ≥ rope_min_base(40) = 790.7 |") in text
   assert "| learned | clean | cpu | 2 | ? | 94.0 [93.0, 95.0] | n/a | — |" in text
   assert "| rope | yarn | 2 | 85.0 [80.0, 90.0] | 50.0 [40.0, 60.0] |" in text
+  assert "| rope | 0 | 85.0 [80.0, 90.0] | 40.0 [30.0, 50.0] |" in text
+  assert "| rope | 5 | 70.0 [70.0, 70.0] | 20.0 [20.0, 20.0] |" in text
   for f in ("curves_distance_study.png", "curves_count_study.png",
             "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
