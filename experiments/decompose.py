@@ -60,13 +60,19 @@ def main(argv):
            for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
   alibi_ratio = None
   if rc.model.spec.bias == "alibi" and not rc.model.causal:
-    # docs/spectral.md: spread(S(B)) = 0.5500506 m n^2 + O(m) for the symmetric ALiBi
-    # bias of slope m on n tokens; n = each example's real (unpadded) length.
+    # The measured spread of the bias's symmetric part against the exact ALiBi
+    # extremes (spectral.alibi_extreme_eigs; ≈ 0.55 m n^2) on each example's real
+    # (unpadded) length n: 1 up to float rounding unless the bias is not ALiBi's.
+    from pe_spectral import spectral
     from pe_spectral.model import PAD_ID, alibi_slopes
-    slopes = np.asarray(alibi_slopes(rc.model))
-    n = np.asarray(ids != PAD_ID).sum(1).astype(np.float64)             # [B]
-    asym = 0.5500506 * slopes[None, :] * n[:, None] ** 2                 # [B, H]
-    alibi_ratio = np.median(bias_spread / asym[None, :, None, :], axis=1)  # [S, L, H]
+    slopes = np.asarray(alibi_slopes(rc.model), np.float64)
+    n = np.asarray(ids != PAD_ID).sum(1)                                 # [B]
+    exact = {}
+    for length in np.unique(n):
+      lo, hi = spectral.alibi_extreme_eigs(int(max(length, 2)), slopes)
+      exact[length] = np.asarray(hi, np.float64) - np.asarray(lo, np.float64)
+    ref = np.stack([exact[length] for length in n])                      # [B, H]
+    alibi_ratio = np.median(bias_spread / ref[None, :, None, :], axis=1)  # [S, L, H]
   deposit = None
   abl_path = os.path.join(wd, "ablation.json")
   if os.path.exists(abl_path):
@@ -91,7 +97,7 @@ def main(argv):
                                 if "hadamard_residual" in summ[0] else None),
   }
   if alibi_ratio is not None:
-    out["alibi_bias_spread_over_asymptotic_median"] = alibi_ratio.tolist()
+    out["alibi_bias_spread_over_exact_median"] = alibi_ratio.tolist()
   if deposit is not None:
     med = np.median(ratio, axis=1)  # [S, L, H]
     dep_r, other_r = [], []
@@ -108,7 +114,7 @@ def main(argv):
   print(f"{rc.model.pe}: median contraction ratio per layer × head (mean over seeds):")
   print(np.round(np.median(ratio, axis=1).mean(0), 3))
   if alibi_ratio is not None:
-    print("ALiBi: spread(S(B)) / (0.55 m n^2) per head, median over examples:",
+    print("ALiBi: spread(S(B)) / exact ALiBi spread per head, median over examples:",
           np.round(alibi_ratio.mean((0, 1)), 3))
   if deposit is not None:
     print(f"deposit heads: {out['deposit_head_ratio_mean']:.3f}  other heads: "
