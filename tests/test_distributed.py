@@ -1,4 +1,5 @@
-"""Two local processes with jax.distributed on CPU agree with one process."""
+"""Two local processes with jax.distributed on CPU agree with one process (the
+session's reference sweep, conftest.SWEEP_COMMON: its 2 seeds, one per process)."""
 import json
 import os
 import socket
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-ARGS = ["--preset=smoke", "--seeds=4", "--steps=12", "--eval_every=6"]
+from conftest import SWEEP_COMMON as ARGS
 
 
 def _free_port():
@@ -16,10 +17,8 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def test_two_processes_match_one(tmp_path):
+def test_two_processes_match_one(sweep_reference, tmp_path):
   env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      " --xla_force_host_platform_device_count=2")
   port = _free_port()
   multi = str(tmp_path / "multi")
   procs = [subprocess.Popen(
@@ -38,13 +37,9 @@ def test_two_processes_match_one(tmp_path):
   assert "per-seed" in outs[0][0] and "per-seed" not in outs[1][0]  # only process 0 reports
   with open(os.path.join(multi, "metrics.jsonl")) as f:
     steps = [json.loads(line)["step"] for line in f]
-  assert steps == [6, 12]  # written once, not once per process
-
-  single = str(tmp_path / "single")
-  subprocess.run([sys.executable, "-m", "experiments.sweep", *ARGS,
-                  f"--workdir={single}"], check=True, capture_output=True,
-                 env=dict(os.environ))
+  assert steps == [6, 12, 18, 24]  # written once, not once per process
   load = lambda d: json.load(open(os.path.join(d, "summary.json")))
-  a, b = load(multi), load(single)
+  a, b = load(multi), load(sweep_reference[0])
+  assert a["num_devices"] == 2 and b["num_devices"] == 1
   assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-6)
   assert a["train_accuracy"] == pytest.approx(b["train_accuracy"], abs=1e-6)

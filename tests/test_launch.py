@@ -7,7 +7,8 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
-           "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh"]
+           "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
+           "launch/lengths_cpu.sh"]
 
 
 def _run(*args):
@@ -83,3 +84,10 @@ def test_shellcheck_clean():
   out = subprocess.run(["shellcheck", "-x", *SCRIPTS, "launch/common.sh"], cwd=ROOT,
                        capture_output=True, text=True)
   assert out.returncode == 0, out.stdout
+
+
+def test_lengths_study_skips_committed_pes():
+  out = _run("launch/lengths_cpu.sh", "rope", "mla")
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "results/lengths/rope-cpu is committed: skipping rope" in out.stderr
+  assert "results/lengths/mla-cpu is committed: skipping mla" in out.stderr

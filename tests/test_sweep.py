@@ -201,20 +201,6 @@ def test_bad_flags_fail_cleanly(args, msg, tmp_path):
   assert not os.path.exists(cwd / "runs")  # nothing half-written
 
 
-def test_record_spectra_survives_resume(tmp_path):
-  wd = str(tmp_path / "spec")
-  args = ["--preset=smoke", "--seeds=2", "--steps=12", "--eval_every=6",
-          "--record_spectra=4", f"--workdir={wd}"]
-  out = _sweep(*args, env={"PE_SPECTRAL_KILL_AT_STEP": "6"}, check=False)
-  assert out.returncode == -signal.SIGKILL
-  _sweep(*args)
-  with open(os.path.join(wd, "spectra.jsonl")) as f:
-    rows = [json.loads(line) for line in f]
-  assert [r["step"] for r in rows] == [6, 12]
-  assert len(rows[0]["contraction_ratio"]) == 2  # seeds
-  assert os.path.exists(os.path.join(wd, "spectra.png"))
-
-
 def test_config_fields_added_later_with_none_default_still_match():
   from pe_spectral import runner
   old = {"run": {"model": {"pe": "alibi", "d_model": 64}}, "seeds": [0]}
