@@ -80,49 +80,53 @@ def predictions(cfg, params, n: int, train_len: int) -> dict:
     now, before = spread(n), spread(train_len)
     out["alibi_bias_spread_per_head"] = now
     out["alibi_spread_vs_train"] = float(np.mean(np.divide(now, before)))
+  blocks = params["blocks"]
+  blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
+
+  def max_spread(coeffs_of):
+    """``[seeds]``: the widest symbol bound over layers and heads at one length;
+    ``coeffs_of(block)`` gives its Hermitian Toeplitz coefficients ``[seeds, heads, 2n-1]``."""
+    per_layer = []
+    for blk in blocks:
+      lo, hi = spectral.toeplitz_eig_bounds(coeffs_of(blk))
+      per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
+    return np.concatenate(per_layer, 1).max(1)
+
   if cfg.spec.bias == "relative":
     r = cfg.relative_distance
-    blocks = params["blocks"]
-    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
 
-    def spread_bound(length):  # [seeds]: the largest over layers and heads
+    def relative_coeffs(length):
       offs = np.arange(-(length - 1), length)
       if cfg.relative_buckets is None:
         idx = np.clip(offs, -r, r) + r
       else:
         idx = np.asarray(positional.relative_position_bucket(
             offs, num_buckets=cfg.relative_buckets, max_distance=r))
-      per_layer = []
-      for blk in blocks:
+
+      def of(blk):
         table = np.asarray(blk["rel_table"], np.float64)  # [seeds, rows, heads]
         coeffs = table[:, idx, :]  # [seeds, 2n-1, heads]; bias[i, j] = t[j - i]
         sym = 0.5 * (coeffs + coeffs[:, ::-1])
-        lo, hi = spectral.toeplitz_eig_bounds(np.moveaxis(sym, 1, -1).astype(np.float32))
-        per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
-      return np.concatenate(per_layer, 1).max(1)
+        return np.moveaxis(sym, 1, -1).astype(np.float32)
+      return of
 
-    now = spread_bound(n)
+    now = max_spread(relative_coeffs(n))
     out["relative_symbol_spread_max_per_seed"] = now.tolist()
-    out["relative_spread_vs_train"] = float(np.mean(now / spread_bound(train_len)))
+    out["relative_spread_vs_train"] = float(np.mean(now / max_spread(relative_coeffs(train_len))))
     out["relative_table_reach"] = int(r)
   if cfg.spec.bias in ("kerple_log", "kerple_power"):
     kind = cfg.spec.bias.split("_")[1]
-    blocks = params["blocks"]
-    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
 
-    def kerple_spread(length):  # [seeds]: the largest over layers and heads
-      per_layer = []
-      for blk in blocks:
+    def kerple_coeffs(length):
+      def of(blk):
         r1, r2 = positional.kerple_params(np.asarray(blk["kerple_r1"]),
                                           np.asarray(blk["kerple_r2"]), kind=kind)
-        lo, hi = spectral.toeplitz_eig_bounds(
-            positional.kerple_coeffs(length, r1, r2, kind=kind))
-        per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
-      return np.concatenate(per_layer, 1).max(1)
+        return positional.kerple_coeffs(length, r1, r2, kind=kind)
+      return of
 
-    now = kerple_spread(n)
+    now = max_spread(kerple_coeffs(n))
     out["kerple_symbol_spread_max_per_seed"] = now.tolist()
-    out["kerple_spread_vs_train"] = float(np.mean(now / kerple_spread(train_len)))
+    out["kerple_spread_vs_train"] = float(np.mean(now / max_spread(kerple_coeffs(train_len))))
   if cfg.spec.rotary in ("all", "partial") or (cfg.spec.rotary == "mla"
                                               and not cfg.paper_rotary):
     d = cfg.mla_rope_dim if cfg.spec.rotary == "mla" else cfg.head_dim
