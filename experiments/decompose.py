@@ -59,17 +59,17 @@ def main(argv):
   terms = {k: np.stack([trainer.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
            for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
   alibi_ratio = None
-  if rc.model.spec.bias == "alibi" and not rc.model.causal:
-    # The measured spread of the bias's symmetric part against the exact ALiBi
-    # extremes (spectral.alibi_extreme_eigs; ≈ 0.55 m n^2) on each example's real
-    # (unpadded) length n: 1 up to float rounding unless the bias is not ALiBi's.
-    from pe_spectral import spectral
-    from pe_spectral.model import PAD_ID, alibi_slopes
-    slopes = np.asarray(alibi_slopes(rc.model), np.float64)
+  enc = rc.model.encoding
+  if enc.bias_extremes(rc.model, 2) is not None:
+    # The measured spread of the bias's symmetric part against the PE's exact
+    # extremes (ALiBi: spectral.alibi_extreme_eigs, ≈ 0.55 m n^2) on each
+    # example's real (unpadded) length n: 1 up to float rounding unless the
+    # bias is not what the closed form describes.
+    from pe_spectral.model import PAD_ID
     n = np.asarray(ids != PAD_ID).sum(1)                                 # [B]
     exact = {}
     for length in np.unique(n):
-      lo, hi = spectral.alibi_extreme_eigs(int(max(length, 2)), slopes)
+      lo, hi = enc.bias_extremes(rc.model, int(max(length, 2)))
       exact[length] = np.asarray(hi, np.float64) - np.asarray(lo, np.float64)
     ref = np.stack([exact[length] for length in n])                      # [B, H]
     alibi_ratio = np.median(bias_spread / ref[None, :, None, :], axis=1)  # [S, L, H]

@@ -69,67 +69,52 @@ def _factors(values) -> list[float]:
 
 def predictions(cfg, params, n: int, train_len: int) -> dict:
   """What the spectral module says about the PE of model config ``cfg`` at
-  length ``n`` (per seed where it depends on the trained ``params``)."""
+  length ``n`` (per seed where it depends on the trained ``params``), from the
+  registry's hooks: a bias with a closed form (ALiBi) gives its exact spread
+  per head; any other Toeplitz bias (relative, KERPLE, FIRE) the widest symbol
+  bound over layers and heads; a rotation the smallest feasible RoPE base."""
+  import jax
+  import jax.numpy as jnp
   from pe_spectral import positional, spectral
-  from pe_spectral.model import alibi_slopes
+  enc = cfg.encoding
   out = {}
-  if cfg.spec.bias == "alibi":
-    slopes = np.asarray(alibi_slopes(cfg), np.float64)
+  if enc.bias_extremes(cfg, n) is not None:
     spread = lambda m: [float(hi - lo) for lo, hi in
-                        zip(*map(np.asarray, spectral.alibi_extreme_eigs(m, slopes)))]
+                        zip(*map(np.asarray, enc.bias_extremes(cfg, m)))]
     now, before = spread(n), spread(train_len)
-    out["alibi_bias_spread_per_head"] = now
-    out["alibi_spread_vs_train"] = float(np.mean(np.divide(now, before)))
-  blocks = params["blocks"]
-  blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
+    out[f"{enc.name}_bias_spread_per_head"] = now
+    out[f"{enc.name}_spread_vs_train"] = float(np.mean(np.divide(now, before)))
+  elif "bias" in enc.kinds:
+    blocks = params["blocks"]
+    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
+    seeds = len(jax.tree_util.tree_leaves(params)[0])
 
-  def max_spread(coeffs_of):
-    """``[seeds]``: the widest symbol bound over layers and heads at one length;
-    ``coeffs_of(block)`` gives its Hermitian Toeplitz coefficients ``[seeds, heads, 2n-1]``."""
-    per_layer = []
-    for blk in blocks:
-      lo, hi = spectral.toeplitz_eig_bounds(coeffs_of(blk))
-      per_layer.append(np.asarray(hi) - np.asarray(lo))  # [seeds, heads]
-    return np.concatenate(per_layer, 1).max(1)
+    def max_spread(length):
+      """``[seeds]``: the widest symbol bound over layers and heads, or None
+      where the bias is not Toeplitz at this length."""
+      per_seed = []
+      for s_ in range(seeds):
+        widest = -np.inf
+        for blk in blocks:
+          coeffs = enc.toeplitz_coeffs(
+              cfg, jax.tree_util.tree_map(lambda a: jnp.asarray(a[s_]), blk), length)
+          if coeffs is None:
+            return None
+          lo, hi = spectral.toeplitz_eig_bounds(jnp.asarray(coeffs, jnp.float32))
+          widest = max(widest, float(np.max(np.asarray(hi) - np.asarray(lo))))
+        per_seed.append(widest)
+      return np.asarray(per_seed)
 
-  if cfg.spec.bias == "relative":
-    r = cfg.relative_distance
-
-    def relative_coeffs(length):
-      offs = np.arange(-(length - 1), length)
-      if cfg.relative_buckets is None:
-        idx = np.clip(offs, -r, r) + r
-      else:
-        idx = np.asarray(positional.relative_position_bucket(
-            offs, num_buckets=cfg.relative_buckets, max_distance=r))
-
-      def of(blk):
-        table = np.asarray(blk["rel_table"], np.float64)  # [seeds, rows, heads]
-        coeffs = table[:, idx, :]  # [seeds, 2n-1, heads]; bias[i, j] = t[j - i]
-        sym = 0.5 * (coeffs + coeffs[:, ::-1])
-        return np.moveaxis(sym, 1, -1).astype(np.float32)
-      return of
-
-    now = max_spread(relative_coeffs(n))
-    out["relative_symbol_spread_max_per_seed"] = now.tolist()
-    out["relative_spread_vs_train"] = float(np.mean(now / max_spread(relative_coeffs(train_len))))
-    out["relative_table_reach"] = int(r)
-  if cfg.spec.bias in ("kerple_log", "kerple_power"):
-    kind = cfg.spec.bias.split("_")[1]
-
-    def kerple_coeffs(length):
-      def of(blk):
-        r1, r2 = positional.kerple_params(np.asarray(blk["kerple_r1"]),
-                                          np.asarray(blk["kerple_r2"]), kind=kind)
-        return positional.kerple_coeffs(length, r1, r2, kind=kind)
-      return of
-
-    now = max_spread(kerple_coeffs(n))
-    out["kerple_symbol_spread_max_per_seed"] = now.tolist()
-    out["kerple_spread_vs_train"] = float(np.mean(now / max_spread(kerple_coeffs(train_len))))
-  if cfg.spec.rotary in ("all", "partial") or (cfg.spec.rotary == "mla"
-                                              and not cfg.paper_rotary):
-    d = cfg.mla_rope_dim if cfg.spec.rotary == "mla" else cfg.head_dim
+    now, before = max_spread(n), max_spread(train_len)
+    if now is None or before is None:
+      out[f"{enc.name}_not_toeplitz"] = True
+    else:
+      out[f"{enc.name}_symbol_spread_max_per_seed"] = now.tolist()
+      out[f"{enc.name}_spread_vs_train"] = float(np.mean(now / before))
+    if enc.table_reach(cfg) is not None:
+      out[f"{enc.name}_table_reach"] = int(enc.table_reach(cfg))
+  if enc.rotary_frequencies(cfg) is not None:
+    d = enc.rotary_dim(cfg)
     base = cfg.rope_base
     sc = cfg.rope_scaling_spec
     if sc is not None and sc.kind == "ntk":
@@ -152,7 +137,7 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
   if shift and rc.model.faithful:
     raise ValueError("--shift needs a clean run: faithful models do not mask "
                      "padding, so pad tokens would change the content")
-  if rope_scaling != "none" and rc.model.spec.rotary is None:
+  if rope_scaling != "none" and "rotary" not in rc.model.encoding.kinds:
     raise ValueError(f"--rope_scaling applies to rotary PEs, not {rc.model.pe!r}")
   train_len = rc.task.seq_len
   seeds = config["seeds"]

@@ -80,14 +80,19 @@ def load_runs(root: str) -> list[dict]:
   return runs
 
 
+def _encoding(pe: str):
+  """The registry entry of a run's PE (None for a name no longer registered)."""
+  from pe_spectral import encodings
+  return encodings.REGISTRY.get(pe)
+
+
 def _label(r) -> str:
-  name = r["pe"]
-  if r["pe"] == "partial_rope":
-    name += f" (k={r.get('rope_heads')})"
-  slopes = r.get("config", {}).get("run", {}).get("model", {}).get("alibi_slopes")
-  if r["pe"] == "alibi" and slopes is not None:  # set explicitly, not the mode's default
-    name += f" ({slopes} slopes)"
-  return name
+  """The PE's own label of the run (e.g. partial RoPE's k, explicitly set ALiBi slopes)."""
+  enc = _encoding(r["pe"])
+  if enc is None:
+    return r["pe"]
+  model = r.get("config", {}).get("run", {}).get("model", {})
+  return enc.run_label({**model, "rope_heads": r.get("rope_heads")})
 
 
 def _budget(r) -> str:
@@ -108,8 +113,9 @@ def _preset(r) -> str:
 
 
 def _paper(r):
-  k = r.get("rope_heads") if r["pe"] == "partial_rope" else None
-  return PAPER.get((r["task"], r["pe"], k))
+  """The paper's number for this run's (task, PE[, k]), if it reports one."""
+  key = (r["task"], r["pe"])
+  return PAPER.get(key + (r.get("rope_heads"),), PAPER.get(key + (None,)))
 
 
 def spectra_section(runs) -> list[str]:
@@ -206,7 +212,7 @@ def find(runs, task, pe, *, preset, faithful=False, rope_heads=None):
   for r in runs:
     if (r["task"], r["pe"], r["preset"], r["faithful"]) != (task, pe, preset, faithful):
       continue
-    if pe == "partial_rope" and r.get("rope_heads") != rope_heads:
+    if rope_heads is not None and r.get("rope_heads") != rope_heads:
       continue
     if _budget(r) or _label(r) != _label({**r, "config": {}}):
       continue  # overridden budget or slopes: not the plan's run
@@ -467,8 +473,9 @@ def study_table(runs, task, ceil=None) -> list[str]:
                                       -np.mean(r["test_accuracy"]))):
     acc = 100 * np.asarray(r["test_accuracy"])
     m, lo, hi = stats.bootstrap_mean_ci(acc)
-    paper_ex = PAPER_EXAMPLES[task] * (PAPER_MLA_FACTOR if r["pe"] == "mla" and r["faithful"]
-                                       else 1)
+    enc = _encoding(r["pe"])
+    paper_ex = PAPER_EXAMPLES[task] * (
+        PAPER_MLA_FACTOR if enc is not None and enc.latent_attention and r["faithful"] else 1)
     seen = r.get("examples_seen")
     seen_txt = "?" if seen is None else f"{seen / 1e3:.0f} k / {paper_ex / 1e6:.1f} M ({seen / paper_ex:.1%})"
     paper = _paper(r)
@@ -577,8 +584,9 @@ def deposit_section(runs, figdir, outdir) -> list[str]:
                  f"{sum(rule['per_seed'])}/{len(rule['per_seed'])} | {' · '.join(cells)} |")
   lines.append("")
   for r in sorted(sel, key=lambda r: (order.get(r["preset"], 2), r["faithful"], r["pe"])):
-    if r["preset"] != DEPOSIT_PRESET and r["pe"] not in ("rope", "partial_rope",
-                                                        "rope_sinusoidal"):
+    enc = _encoding(r["pe"])
+    rotary_heads = enc is not None and "rotary" in enc.kinds and not enc.latent_attention
+    if r["preset"] != DEPOSIT_PRESET and not rotary_heads:
       continue
     name = f"ablation_seeds_{r['task']}_{r['name']}.png"
     path = os.path.join(figdir, name)
@@ -673,13 +681,15 @@ def _prediction_txt(res) -> str:
   p = last.get("prediction") or {}
   n = last["seq_len"]
   bits = []
-  if "alibi_spread_vs_train" in p:
-    bits.append(f"ALiBi bias spread ×{p['alibi_spread_vs_train']:.1f} at {n}")
-  if "relative_spread_vs_train" in p:
-    bits.append(f"relative-bias symbol spread ×{p['relative_spread_vs_train']:.2f} at {n} "
-                f"(table reach {p['relative_table_reach']})")
-  if "kerple_spread_vs_train" in p:
-    bits.append(f"KERPLE bias symbol spread ×{p['kerple_spread_vs_train']:.1f} at {n}")
+  for key in sorted(p):  # <pe>_spread_vs_train, written by the PE's spectral hooks
+    if key.endswith("_spread_vs_train"):
+      pe = key[:-len("_spread_vs_train")]
+      what = "bias spread" if f"{pe}_bias_spread_per_head" in p else "bias symbol spread"
+      reach = p.get(f"{pe}_table_reach")
+      bits.append(f"{pe} {what} ×{p[key]:.2f} at {n}"
+                  + ("" if reach is None else f" (table reach {reach})"))
+    elif key.endswith("_not_toeplitz"):
+      bits.append(f"{key[:-len('_not_toeplitz')]} bias not Toeplitz at {n}")
   if "rope_min_base" in p:
     feas = "≥" if p["rope_base_feasible"] else "<"
     bits.append(f"base {p['rope_base']:.4g} {feas} rope_min_base({n}) = "
@@ -744,7 +754,7 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
       for r in shifted:
         base_run = next((b for b in rows if b["pe"] == r["pe"]), None)
         fs = [x["factor"] for x in r["lengths"]]
-        lines += [f"| PE | S | " + " | ".join(f"{f:g}×" for f in fs) + " |",
+        lines += ["| PE | S | " + " | ".join(f"{f:g}×" for f in fs) + " |",
                   "|---|---|" + "---|" * len(fs)] if r is shifted[0] else []
         if base_run is not None:
           by_f = {x["factor"]: x for x in base_run["lengths"]}

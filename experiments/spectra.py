@@ -1,8 +1,14 @@
 r"""Spectral bounds of positional encodings vs exact extremes, with figures.
 
-  python -m experiments.spectra                       # all PEs, n = 64,256,1024,4096
-  python -m experiments.spectra --pe=alibi --n=64,512 --outdir=runs/spectra
+  python -m experiments.spectra                       # every registered PE
+  python -m experiments.spectra --pe=alibi,fire --n=64,512 --faithful
 
+Every PE comes from the registry (``pe_spectral.encodings``) and is analysed
+as a run of ``--preset`` trains it: its own ``toeplitz_coeffs`` hook at
+initialisation (ALiBi with the mode's slopes, the relative scheme of
+``--relative_buckets``, KERPLE, FIRE, the input sinusoid's Gram, a rotation's
+phase matrix at θ_1); head 0 is bounded (ALiBi's steepest head). A PE without
+a Toeplitz form (learned table, NoPE, xPos) is listed with the reason.
 Writes ``spectra.json`` (bounds vs exact extremes per PE and n) and three
 figures to ``--outdir``:
 
@@ -14,9 +20,9 @@ figures to ``--outdir``:
   (isotropic, persistent, mean+noise, counter-rotating; Prop. 8) -- whether
   RoPE contracts depends on the content.
 
-"Exact" is dense float64 ``eigvalsh`` where n <= --dense_max, the ALiBi closed
-form, or (beyond) Lanczos inner bounds that bracket the truth with the
-circulant outer bounds.
+"Exact" is dense float64 ``eigvalsh`` where n <= --dense_max, a closed form
+where the PE has one (ALiBi), or (beyond) Lanczos inner bounds that bracket
+the truth with the circulant outer bounds.
 """
 from __future__ import annotations
 
@@ -33,17 +39,19 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pe_spectral import positional, spectral as S  # noqa: E402
-
-SPECTRAL_PES = ("alibi", "relative", "sinusoidal", "rope")
+from pe_spectral import encodings, spectral as S  # noqa: E402
+from pe_spectral.model import PRESETS, ModelConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("pe", ",".join(SPECTRAL_PES),
-                    "Comma list of PEs with a Toeplitz structure: "
-                    + ", ".join(SPECTRAL_PES) + " (learned/nope have none).")
+flags.DEFINE_string("pe", "all", "Comma list of registered PEs, or 'all': "
+                    + ", ".join(encodings.names()))
 flags.DEFINE_string("n", "64,256,1024,4096", "Sequence lengths.")
-flags.DEFINE_integer("d", 64, "Head / model dimension for rope and sinusoidal.")
-flags.DEFINE_integer("heads", 16, "ALiBi heads (standard geometric slopes).")
+flags.DEFINE_string("preset", "paper", "Model sizes the PEs are built for: "
+                    + ", ".join(PRESETS))
+flags.DEFINE_bool("faithful", False, "The paper's mode (ALiBi slopes exp(-h/H), ...).")
+flags.DEFINE_integer("relative_buckets", None, "T5 log-buckets for 'relative' "
+                     "(default: one entry per clipped offset, as the model).")
+flags.DEFINE_integer("seed", 0, "PRNG seed of the PEs' initial parameters.")
 flags.DEFINE_integer("dense_max", 2048, "Largest n for dense float64 eigvalsh.")
 flags.DEFINE_integer("lanczos_steps", 60, "Lanczos steps beyond dense_max.")
 flags.DEFINE_integer("content_samples", 4, "Random draws per content model and n.")
@@ -74,49 +82,59 @@ def _bounds_row(name, n, coeffs, exact):
                             lam_max <= hi + 1e-6 * abs(lam_max))}
 
 
-def toeplitz_rows(pes, ns, d, heads, dense_max, steps, log):
+def pe_config(pe: str, preset: str, max_len: int, *, faithful: bool = False,
+              relative_buckets=None) -> ModelConfig:
+  """The model config a run of ``pe`` on ``preset`` trains, long enough for ``max_len``."""
+  return ModelConfig(pe=pe, **{**PRESETS[preset], "max_len": max_len}, faithful=faithful,
+                     relative_buckets=relative_buckets,
+                     relative_max_distance=None if relative_buckets is None else 128)
+
+
+def pe_init_params(cfg: ModelConfig, key) -> dict:
+  """The PE's own initial parameters (first layer's and the model's), from its hooks."""
+  keys = iter(jax.random.split(key, 8))
+  enc = cfg.encoding
+  return {**enc.input_params(cfg, lambda: next(keys), cfg.d_model ** -0.5),
+          **enc.layer_params(cfg, lambda: next(keys))}
+
+
+def toeplitz_rows(cfgs, ns, dense_max, steps, log, seed=0):
+  """Bounds vs exact extremes of head 0's Toeplitz matrix, per PE and n."""
   rows = []
-  slopes = positional.alibi_slopes(heads)
-  t5_values = jax.random.normal(jax.random.key(0), (32,))
+  params = {pe: pe_init_params(cfg, jax.random.key(seed)) for pe, cfg in cfgs.items()}
   for n in ns:
     t0 = time.time()
-    if "alibi" in pes:
-      m = float(slopes[0])  # steepest head; other heads scale linearly in m
-      coeffs = S.toeplitz_coeffs(S.alibi_toeplitz(n, m)[:, 0])
-      lo, hi = S.alibi_extreme_eigs(n, jnp.float32(m))
-      row = _bounds_row("alibi", n, coeffs, (float(lo), float(hi), "closed form"))
-      row["slope"] = m
-      if n <= dense_max:  # closed form vs dense, recorded
-        e = np.linalg.eigvalsh(np.asarray(S.alibi_toeplitz(n, m), np.float64))
-        row["closed_form_rel_err"] = float(max(abs(e[0] - lo) / abs(e[0]),
-                                               abs(e[-1] - hi) / abs(e[-1])))
-      lo_all, hi_all = jax.vmap(lambda s: S.alibi_extreme_eigs(n, s))(slopes)
-      row["spread_over_m_n2_all_heads"] = np.asarray(
-          (hi_all - lo_all) / (slopes * n * n)).tolist()
+    for pe, cfg in cfgs.items():
+      enc = cfg.encoding
+      coeffs = enc.toeplitz_coeffs(cfg, params[pe], n)
+      if coeffs is None:
+        continue
+      coeffs = np.asarray(coeffs, np.float64)[0]
+      ext = enc.bias_extremes(cfg, n)
+      if ext is not None:
+        lo, hi = (np.asarray(v, np.float64) for v in ext)
+        exact = (float(lo[0]), float(hi[0]), "closed form")
+      else:
+        exact = _exact_extremes(coeffs, dense_max, steps)
+      row = _bounds_row(pe, n, coeffs, exact)
+      row["matrix"] = enc.toeplitz_label
+      row["t1"] = float(coeffs[n])  # the coefficient at offset 1 (ALiBi: -m)
+      if ext is not None:
+        row["closed_form_spread_per_head"] = (hi - lo).tolist()
+        if n <= dense_max:  # closed form vs dense, recorded
+          e = np.linalg.eigvalsh(np.asarray(S.toeplitz_from_coeffs(coeffs), np.float64))
+          row["closed_form_rel_err"] = float(max(abs(e[0] - exact[0]) / abs(e[0]),
+                                                 abs(e[-1] - exact[1]) / abs(e[-1])))
       rows.append(row)
-    if "relative" in pes:
-      raw = S.t5_bias_coeffs(n, t5_values, max_distance=128)
-      sym = 0.5 * (raw + raw[::-1])  # symmetric part: Hermitian Toeplitz
-      rows.append(_bounds_row("relative", n, sym,
-                              _exact_extremes(sym, dense_max, steps)))
-    if "sinusoidal" in pes:
-      coeffs = S.sinusoidal_gram_coeffs(n, d)
-      rows.append(_bounds_row("sinusoidal", n, coeffs,
-                              _exact_extremes(coeffs, dense_max, steps)))
-    if "rope" in pes:  # the real part of one frequency's phase matrix, θ_1
-      theta = float(S.rope_frequencies(d)[1])
-      k = jnp.arange(-(n - 1), n)
-      coeffs = jnp.cos(k * theta)
-      rows.append(_bounds_row("rope (Re G_θ1)", n, coeffs,
-                              _exact_extremes(coeffs, dense_max, steps)))
     log(f"n={n}: Toeplitz bounds in {time.time() - t0:.1f}s")
   return rows
 
 
-def envelope_rows(ns, d, samples, dense_max):
+def envelope_rows(ns, theta, samples, dense_max):
   """RoPE vs NoPE logit symmetric-part spectra and the θ-free envelope (iid content)."""
   rows = []
-  theta = S.rope_frequencies(d)
+  theta = jnp.asarray(theta, jnp.float32)
+  d = 2 * theta.shape[0]
   for n in ns:
     if n > dense_max:
       continue
@@ -135,10 +153,11 @@ def envelope_rows(ns, d, samples, dense_max):
   return rows
 
 
-def content_rows(ns, d, samples, dense_max):
+def content_rows(ns, theta, samples, dense_max):
   """Prop. 8: λ_max of the RoPE Gram vs the NoPE Gram (Q = K) per content model."""
   rows = []
-  theta = S.rope_frequencies(d)
+  theta = jnp.asarray(theta, jnp.float32)
+  d = 2 * theta.shape[0]
   for kind in ("isotropic", "persistent", "mean_noise", "counter_rotating"):
     for n in ns:
       if n > dense_max:
@@ -167,10 +186,12 @@ def make_figures(result, outdir):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  pes = [p.strip() for p in FLAGS.pe.split(",") if p.strip()]
-  bad = [p for p in pes if p not in SPECTRAL_PES]
+  known = encodings.names()
+  pes = ([p.strip() for p in FLAGS.pe.split(",") if p.strip()] if FLAGS.pe != "all"
+         else list(known))
+  bad = [p for p in pes if p not in known]
   if bad or not pes:
-    print(f"error: --pe must name some of {', '.join(SPECTRAL_PES)}; got {bad or pes}",
+    print(f"error: --pe must name some of {', '.join(known)} (or 'all'); got {bad or pes}",
           file=sys.stderr)
     return 2
   try:
@@ -181,19 +202,35 @@ def main(argv):
   if not ns or min(ns) < 2:
     print("error: every --n must be >= 2", file=sys.stderr)
     return 2
-  if FLAGS.d < 2 or FLAGS.d % 2:
-    print("error: --d must be even and >= 2", file=sys.stderr)
+  if FLAGS.preset not in PRESETS:
+    print(f"error: --preset must be one of {', '.join(PRESETS)}, got {FLAGS.preset!r}",
+          file=sys.stderr)
+    return 2
+  try:
+    cfgs = {p: pe_config(p, FLAGS.preset, max(ns), faithful=FLAGS.faithful,
+                         relative_buckets=FLAGS.relative_buckets) for p in pes}
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
     return 2
   log = lambda msg: print(msg, file=sys.stderr, flush=True)
+  probe = {p: c for p, c in cfgs.items()
+           if c.encoding.toeplitz_coeffs(c, pe_init_params(c, jax.random.key(0)), 2) is None}
+  no_toeplitz = {p: c.encoding.spectral_note or "no Toeplitz form" for p, c in probe.items()}
+  rotations = [c.encoding.rotary_frequencies(c) for c in cfgs.values()]
+  rotations = [t for t in rotations if t is not None and len(t) >= 2]
+  theta = rotations[0] if rotations else None
+  cp = lambda c: 2 * len(c) if c is not None else None
   result = {
-      "config": {"pe": pes, "n": ns, "d": FLAGS.d, "heads": FLAGS.heads,
-                 "dense_max": FLAGS.dense_max},
-      "toeplitz": toeplitz_rows(pes, ns, FLAGS.d, FLAGS.heads, FLAGS.dense_max,
-                                FLAGS.lanczos_steps, log),
-      "envelope": envelope_rows(ns, FLAGS.d, FLAGS.content_samples, FLAGS.dense_max)
-                  if "rope" in pes else [],
-      "content": content_rows(ns, FLAGS.d, FLAGS.content_samples, FLAGS.dense_max)
-                 if "rope" in pes else [],
+      "config": {"pe": pes, "n": ns, "preset": FLAGS.preset, "faithful": FLAGS.faithful,
+                 "relative_buckets": FLAGS.relative_buckets, "dense_max": FLAGS.dense_max,
+                 "rotary_dim": cp(theta)},
+      "toeplitz": toeplitz_rows({p: c for p, c in cfgs.items() if p not in probe}, ns,
+                                FLAGS.dense_max, FLAGS.lanczos_steps, log, FLAGS.seed),
+      "no_toeplitz": no_toeplitz,
+      "envelope": envelope_rows(ns, theta, FLAGS.content_samples, FLAGS.dense_max)
+                  if theta is not None else [],
+      "content": content_rows(ns, theta, FLAGS.content_samples, FLAGS.dense_max)
+                 if theta is not None else [],
   }
   os.makedirs(FLAGS.outdir, exist_ok=True)
   from pe_spectral.runner import write_json
@@ -206,6 +243,8 @@ def main(argv):
     print(f"  {r['pe']:<16} n={r['n']:<5} exact [{r['lam_min']:.4g}, {r['lam_max']:.4g}]"
           f"  circulant [{r['circulant_lo']:.4g}, {r['circulant_hi']:.4g}]"
           f"  gershgorin [{r['gershgorin_lo']:.4g}, {r['gershgorin_hi']:.4g}]")
+  for p, note in no_toeplitz.items():
+    print(f"  {p:<16} no Toeplitz bound: {note}")
   return 1 if violations else 0
 
 

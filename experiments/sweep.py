@@ -26,11 +26,11 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import configs  # noqa: E402
-from pe_spectral import positional  # noqa: E402
+from pe_spectral import encodings  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
-                    + ", ".join(positional.PE_NAMES))
+                    + ", ".join(encodings.names()))
 flags.DEFINE_enum("task", "distance", ["distance", "count"], "Synthetic task.")
 flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
@@ -102,8 +102,8 @@ def plan_runs():
   if not pes:
     raise UsageError("--pe is empty")
   for p in pes:
-    if p not in positional.PE_REGISTRY:
-      raise UsageError(f"unknown --pe {p!r}; valid: {', '.join(positional.PE_NAMES)}")
+    if p not in encodings.REGISTRY:
+      raise UsageError(f"unknown --pe {p!r}; valid: {', '.join(encodings.names())}")
   if FLAGS.seeds < 1:
     raise UsageError(f"--seeds must be >= 1, got {FLAGS.seeds}")
   if FLAGS.seed < 0 or FLAGS.data_seed < 0:

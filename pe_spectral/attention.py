@@ -20,7 +20,7 @@ from flax import nnx
 from pe_spectral import positional, rng, speed
 
 __all__ = ["attention", "attention_logits", "softmax_probs", "dropout", "torch_linear_init",
-           "torch_linear", "paper_mla_rotary", "MultiHeadAttention",
+           "torch_linear", "MultiHeadAttention",
            "LatentAttention"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
@@ -233,41 +233,22 @@ def torch_linear(in_features: int, out_features: int, *, rngs: nnx.Rngs,
   raise ValueError(f"unknown init_scheme {init_scheme!r}")
 
 
-def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
-                     base: float = 10000.0) -> jax.Array:
-  """The paper's MLA 'rotary' transform, bug included (faithful mode only).
-
-  Its cache row for position p is ``[sin(p theta_0..) | cos(p theta_0..)]`` and
-  the code reads the even columns as sines and the odd columns as cosines, so
-  the sine and cosine of one pair come from different frequencies. It is not
-  a rotation (norms change; scores are not relative). See docs/protocol.md.
-  """
-  d = x.shape[-1]
-  angles = positional.rope_angles(positions, d, base)  # [..., d/2]
-  cache = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d]
-  sin, cos = cache[..., 0::2], cache[..., 1::2]
-  xe, xo = x[..., 0::2], x[..., 1::2]
-  out = jnp.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1)
-  return out.reshape(x.shape).astype(x.dtype)
-
-
 class MultiHeadAttention(nnx.Module):
-  """Multi-head attention; RoPE on the first ``rope_heads`` heads.
+  """Multi-head attention; a q/k transform on the first ``rope_heads`` heads.
 
   Queries come from ``x_q`` and keys/values from ``x_kv`` (the same array for
   self-attention; the paper's model uses the input embeddings for ``x_kv``).
+  ``rotary`` is a PE's q/k transform (``transform(q, k, positions) -> (q, k)``,
+  e.g. :class:`positional.Rotation`); default: plain RoPE, base 10000.
   """
 
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
-               rope_base: float = 10000.0, rope_scaling=None,
-               rope_fraction=None, attn_dropout: float = 0.0,
+               rotary=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
-    self.rope_fraction = rope_fraction
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
-    self.rope_base = rope_base
-    self.rope_scaling = rope_scaling
+    self.rotary = positional.Rotation() if rotary is None else rotary
     self.attn_dropout = attn_dropout
     lin = lambda: torch_linear(d_model, d_model, rngs=rngs,
                                init_scheme=init_scheme)
@@ -278,17 +259,12 @@ class MultiHeadAttention(nnx.Module):
     return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
 
   def project_qk(self, x_q, x_kv, positions):
-    """Queries and keys ``[batch, seq, heads, head_dim]`` after RoPE."""
+    """Queries and keys ``[batch, seq, heads, head_dim]`` after the q/k transform."""
     q = self._heads(self.q_proj(x_q))
     k = self._heads(self.k_proj(x_kv))
     if self.rope_heads > 0:
       pos = positions[:, None]  # broadcasts against [batch, seq, heads]
-      q_rot = positional.apply_rope(q, pos, base=self.rope_base,
-                                    scaling=self.rope_scaling,
-                                    fraction=self.rope_fraction)
-      k_rot = positional.apply_rope(k, pos, base=self.rope_base,
-                                    scaling=self.rope_scaling,
-                                    fraction=self.rope_fraction)
+      q_rot, k_rot = self.rotary(q, k, pos)
       if self.rope_heads < self.num_heads:
         # where() keeps heads >= rope_heads bit-identical to the unrotated ones.
         rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]
@@ -330,21 +306,20 @@ class LatentAttention(nnx.Module):
   bias-free, as in the paper's code. ``attn_dropout`` drops attention
   probabilities like :class:`MultiHeadAttention` (the clean model uses the
   same rate for every PE; the paper's MLA has none, so faithful mode passes 0).
+  ``rotary`` transforms the rotary channel (default: plain RoPE; the paper's
+  model: :class:`positional.PaperMLARotation`).
   """
 
   def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
                rope_dim: int, shared_rope_query: bool = False,
-               paper_rotary: bool = False, rope_base: float = 10000.0,
-               rope_scaling=None, attn_dropout: float = 0.0,
+               rotary=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.attn_dropout = attn_dropout
     self.head_dim = d_model // num_heads
     self.rope_dim = rope_dim
     self.shared_rope_query = shared_rope_query
-    self.paper_rotary = paper_rotary
-    self.rope_base = rope_base
-    self.rope_scaling = rope_scaling
+    self.rotary = positional.Rotation() if rotary is None else rotary
     lin = lambda i, o: torch_linear(i, o, rngs=rngs, use_bias=False,
                                     init_scheme=init_scheme)
     self.dkv_proj = lin(d_model, latent_dim)
@@ -356,12 +331,6 @@ class LatentAttention(nnx.Module):
     q_rope_heads = 1 if shared_rope_query else num_heads
     self.qr_proj = lin(latent_dim, q_rope_heads * rope_dim)
     self.out_proj = lin(d_model, d_model)
-
-  def _rotate(self, x, positions):
-    if self.paper_rotary:
-      return paper_mla_rotary(x, positions, base=self.rope_base)
-    return positional.apply_rope(x, positions, base=self.rope_base,
-                                 scaling=self.rope_scaling)
 
   def project_qk(self, x, positions, *, rotate: bool = True):
     """Queries and keys ``[batch, seq, heads, head_dim + rope_dim]``.
@@ -379,7 +348,7 @@ class LatentAttention(nnx.Module):
     k_r = self.kr_proj(x)[:, :, None, :]
     q_r = self.qr_proj(c_q).reshape(b, s, -1, self.rope_dim)
     if rotate:
-      k_r, q_r = self._rotate(k_r, pos), self._rotate(q_r, pos)
+      q_r, k_r = self.rotary(q_r, k_r, pos)
     k_r = jnp.broadcast_to(k_r, (b, s, h, self.rope_dim))
     q_r = jnp.broadcast_to(q_r, (b, s, h, self.rope_dim))
     q = jnp.concatenate([q_c, q_r], axis=-1)

@@ -9,7 +9,8 @@ For a checkpoint and a batch of real inputs, per seed, layer and head:
   with its input positional table removed (the content-only counterpart) and
   ``h_p = h - h_c``; then ``L_θ0 = G_cc + G_cp + G_pc + G_pp + B`` exactly
   (``B``: relative/ALiBi bias). For NoPE/bias-only models ``h_p = 0``;
-* **rotary form** (RoPE, partial RoPE, rope_sinusoidal): the Hadamard form
+* **rotary form** (every PE whose q/k transform is a rotation: RoPE, partial
+  RoPE, p-RoPE, rope_sinusoidal, clean MLA's channel): the Hadamard form
   ``Re Σ_j (z_j w_j*) ∘ G_θj`` equals ``L``; the same layer's logits with the
   rotation removed (θ = 0, same inputs) are the content-only counterpart;
 * spectral measures: singular values of the row-centred logits, spectrum of
@@ -60,10 +61,7 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   n = ids.shape[1]
   positions = jnp.arange(n)
   hq, hq_c = block.ln1(xs[layer]), block.ln1(xs_c[layer])
-  if cfg.kv_from_input:
-    hk, hk_c = e, e_c
-  else:
-    hk, hk_c = hq, hq_c
+  hk, hk_c = block.kv_input(hq, e), block.kv_input(hq_c, e_c)
   # Unrotated projections, split into content (bias included) and position
   # parts: every projection is affine, so the position part is linear.
   if cfg.is_mla:
@@ -79,7 +77,7 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
     q_rot, k_rot = attn.project_qk(hq, hk, positions)
   scale = 1.0 / math.sqrt(q_c.shape[-1])  # MLA: 1/sqrt(head_dim + rope_dim)
   gram = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b) * scale
-  bias = block.bias(n, model.alibi(n))
+  bias = block.bias(n)
   bias = jnp.zeros((h, n, n)) if bias is None else bias
   q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
   logits_theta0 = gram(q, k) + bias
@@ -88,16 +86,17 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
          "logits_theta0": logits_theta0}
   out["logits"] = gram(q_rot, k_rot) + bias
   qh, kh = jnp.moveaxis(q, 2, 1), jnp.moveaxis(k, 2, 1)  # [b, h, n, d]
+  freqs = cfg.rotary_frequencies()  # None unless the q/k transform is a rotation
   if cfg.is_mla:
     c = attn.head_dim
     out["mla_content"] = gram(q_rot[..., :c], k_rot[..., :c])
     out["mla_rotary"] = gram(q_rot[..., c:], k_rot[..., c:])
-    if not cfg.paper_rotary:
-      theta = jnp.asarray(cfg.rotary_frequencies(), jnp.float32)
+    if freqs is not None:
+      theta = jnp.asarray(freqs, jnp.float32)
       had = S.rope_logits(qh[..., c:], kh[..., c:], theta) * scale
       out["hadamard"] = gram(q[..., :c], k[..., :c]) + had + bias
-  elif cfg.num_rope_heads:
-    theta = jnp.asarray(cfg.rotary_frequencies(), jnp.float32)
+  elif cfg.num_rope_heads and freqs is not None:
+    theta = jnp.asarray(freqs, jnp.float32)
     # Hadamard form per head: [b, h, n, d] -> Re Σ_j (z_j w_j*) ∘ G_θj
     had = S.rope_logits(qh, kh, theta) * scale
     rotated = (jnp.arange(h) < cfg.num_rope_heads)[None, :, None, None]

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from pe_spectral import positional
+from pe_spectral import encodings, positional
 from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
                                    dropout, torch_linear)
 
@@ -49,7 +49,7 @@ class ModelConfig:
   """Static model configuration (hashable; validates itself on construction).
 
   Attributes:
-    pe: a name from :data:`positional.PE_NAMES`.
+    pe: a name in the PE registry (:func:`encodings.names`).
     vocab_size: token ids are ``0..vocab_size-1``; 0 is padding.
     num_classes: output logits (faithful mode: the paper uses ``vocab_size``).
     d_model, num_heads, num_layers, d_ff, max_len: sizes.
@@ -72,6 +72,9 @@ class ModelConfig:
       eval-time rotary context extension (``"pi"``, ``"ntk"``, ``"yarn"``;
       :class:`positional.RopeScaling`) applied to an already-trained model by
       ``experiments.lengths``; None (default) trains and evaluates plain RoPE.
+    fire_hidden: FIRE's MLP width (``fire`` only; default 32).
+    xpos_gamma, xpos_scale_base: xPos' ``γ`` (0.4) and scale base (512)
+      (``xpos`` only).
     init_scheme: ``"torch"`` (PyTorch defaults, as the paper: embeddings and
       a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
       ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
@@ -102,9 +105,12 @@ class ModelConfig:
   rope_scaling: Optional[str] = None
   rope_scaling_factor: Optional[float] = None
   rope_scaling_original_len: Optional[int] = None
+  fire_hidden: Optional[int] = None
+  xpos_gamma: Optional[float] = None
+  xpos_scale_base: Optional[float] = None
 
   def __post_init__(self):
-    spec = positional.get_pe(self.pe)  # unknown name -> lists valid names
+    enc = encodings.get(self.pe)  # unknown name -> lists valid names
     for name in ("vocab_size", "num_classes", "d_model", "num_heads",
                  "num_layers", "d_ff", "max_len"):
       if getattr(self, name) < 1:
@@ -115,38 +121,21 @@ class ModelConfig:
           f"({self.num_heads})")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):
       raise ValueError(f"rope_base must be a finite number > 0, got {self.rope_base}")
-    if self.rope_fraction is not None:
-      if self.pe != "p_rope":
-        raise ValueError("rope_fraction only applies to pe='p_rope'")
-      if not 0.0 <= self.rope_fraction <= 1.0:
-        raise ValueError(f"rope_fraction must be in [0, 1], got {self.rope_fraction}")
+    for name in PE_OPTIONS:  # a PE's own fields, set for another PE
+      if getattr(self, name) is not None and name not in enc.options:
+        owners = [p for p in encodings.names() if name in encodings.get(p).options]
+        raise ValueError(f"{name} only applies to pe={' or '.join(map(repr, owners))}")
+    if self.fire_hidden is not None and self.fire_hidden < 1:
+      raise ValueError(f"fire_hidden must be >= 1, got {self.fire_hidden}")
     if self.rope_scaling is not None:
-      if spec.rotary is None:
+      if enc.qk_transform(self.replace(rope_scaling=None)) is None:
         raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
-      if spec.rotary == "mla" and self.paper_rotary:
-        raise ValueError("rope_scaling does not apply to the paper's MLA transform "
-                         "(it is not a rotation)")
       self.rope_scaling_spec  # validates kind, factor and length
     if self.alibi_slopes not in (None, "standard", "paper"):
       raise ValueError(f"alibi_slopes must be 'standard' or 'paper', got "
                        f"{self.alibi_slopes!r}")
     if not 0.0 <= self.dropout < 1.0:
       raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-    if spec.rotary == "partial" and not 0 <= self.rope_heads <= self.num_heads:
-      raise ValueError(
-          f"rope_heads must be in [0, num_heads={self.num_heads}], got "
-          f"{self.rope_heads}")
-    if spec.rotary in ("all", "partial") and self.head_dim % 2:
-      raise ValueError(
-          f"rotary PE {self.pe!r} needs an even head_dim; d_model/num_heads = "
-          f"{self.head_dim}")
-    if spec.rotary == "mla":
-      if self.mla_latent_dim <= 0 or self.mla_rope_dim <= 0:
-        raise ValueError(
-            f"MLA latent dims must be > 0, got mla_latent_dim="
-            f"{self.mla_latent_dim}, mla_rope_dim={self.mla_rope_dim}")
-      if self.mla_rope_dim % 2:
-        raise ValueError(f"mla_rope_dim must be even, got {self.mla_rope_dim}")
     if self.init_scheme not in (None, "torch", "lecun"):
       raise ValueError(f"init_scheme must be 'torch' or 'lecun', got "
                        f"{self.init_scheme!r}")
@@ -155,6 +144,7 @@ class ModelConfig:
           f"relative_buckets must be >= 2 or None, got {self.relative_buckets}")
     if self.relative_max_distance is not None and self.relative_max_distance < 1:
       raise ValueError("relative_max_distance must be >= 1")
+    enc.validate(self)
 
   @property
   def rope_scaling_spec(self) -> Optional[positional.RopeScaling]:
@@ -166,8 +156,9 @@ class ModelConfig:
         int(self.rope_scaling_original_len or self.max_len))
 
   @property
-  def spec(self) -> positional.PESpec:
-    return positional.get_pe(self.pe)
+  def encoding(self) -> encodings.PositionalEncoding:
+    """This config's PE: the registry object whose hooks the model calls."""
+    return encodings.get(self.pe)
 
   @property
   def head_dim(self) -> int:
@@ -175,32 +166,19 @@ class ModelConfig:
 
   @property
   def num_rope_heads(self) -> int:
-    """Heads whose q/k are rotated in a standard attention layer."""
-    rotary = self.spec.rotary
-    if rotary == "all":
-      return self.num_heads
-    if rotary == "partial":
-      return self.rope_heads
-    return 0
+    """Heads whose q/k are transformed in a standard attention layer."""
+    return 0 if self.is_mla else self.encoding.rotary_heads(self)
 
-  @property
-  def p_rope_fraction(self) -> Optional[float]:
-    """p-RoPE's fraction of rotating pairs (None for every other PE)."""
-    if self.pe != "p_rope":
-      return None
-    return 0.75 if self.rope_fraction is None else self.rope_fraction
-
-  def rotary_frequencies(self) -> np.ndarray:
-    """The inverse frequencies ``[d/2]`` this model's rotary heads (or MLA's
-    rotary channel) use: base, p-RoPE fraction and eval-time scaling applied.
-    The one definition the model and ``decompose`` share."""
-    d = self.mla_rope_dim if self.is_mla else self.head_dim
-    return positional.rope_inverse_frequencies(d, self.rope_base, self.rope_scaling_spec,
-                                               self.p_rope_fraction)
+  def rotary_frequencies(self):
+    """The inverse frequencies ``[d/2]`` of this model's rotation (rotary heads
+    or MLA's rotary channel: base, p-RoPE fraction and eval-time scaling
+    applied), or None when its q/k transform is not a pure rotation. The one
+    definition the model and ``decompose`` share."""
+    return self.encoding.rotary_frequencies(self)
 
   @property
   def is_mla(self) -> bool:
-    return self.spec.rotary == "mla"
+    return self.encoding.latent_attention
 
   @property
   def shared_rope_query(self) -> bool:
@@ -254,6 +232,9 @@ class ModelConfig:
     return dataclasses.asdict(self)
 
 
+# ModelConfig fields that belong to one PE (its ``options``).
+PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base")
+
 # Named sizes; a preset's task decides num_classes / vocab_size.
 PRESETS = {  # the same sizes as experiments/configs.py's presets (tested)
     "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
@@ -269,12 +250,12 @@ class _Block(nnx.Module):
     self.cfg = cfg
     self.ln1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
     self.ln2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+    enc = cfg.encoding
     if cfg.is_mla:
       self.attn = LatentAttention(
           cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
           rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
-          paper_rotary=cfg.paper_rotary, rope_base=cfg.rope_base,
-          rope_scaling=cfg.rope_scaling_spec,
+          rotary=enc.qk_transform(cfg),
           # the paper's MLA has no attention dropout; the clean model gives
           # every PE the same regularisation
           attn_dropout=0.0 if cfg.faithful else cfg.dropout,
@@ -282,49 +263,39 @@ class _Block(nnx.Module):
     else:
       self.attn = MultiHeadAttention(
           cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
-          rope_base=cfg.rope_base, rope_scaling=cfg.rope_scaling_spec,
-          rope_fraction=cfg.p_rope_fraction, attn_dropout=cfg.dropout,
+          rotary=enc.qk_transform(cfg), attn_dropout=cfg.dropout,
           init_scheme=cfg.init, rngs=rngs)
     self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
                             init_scheme=cfg.init)
     self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs,
                             init_scheme=cfg.init)
-    if cfg.spec.bias == "relative":
-      rows = (cfg.relative_buckets if cfg.relative_buckets is not None
-              else 2 * cfg.relative_distance + 1)
-      self.rel_table = nnx.Param(
-          0.02 * jax.random.normal(rngs.params(), (rows, cfg.num_heads)))
-    if cfg.spec.bias in ("kerple_log", "kerple_power"):
-      # unconstrained; r1 = softplus -> 1 and r2 -> 1 at init for every head
-      inv_softplus_1 = math.log(math.expm1(1.0))
-      self.kerple_r1 = nnx.Param(jnp.full((cfg.num_heads,), inv_softplus_1))
-      self.kerple_r2 = nnx.Param(jnp.full(
-          (cfg.num_heads,), inv_softplus_1 if cfg.spec.bias == "kerple_log" else 0.0))
+    pe_params = enc.layer_params(cfg, rngs.params)
+    self.pe_param_names = tuple(pe_params)
+    for name, value in pe_params.items():
+      setattr(self, name, nnx.Param(value))
 
-  def bias(self, seq_len: int, alibi: Optional[jax.Array]):
+  def pe_params(self) -> dict:
+    """This layer's PE parameters ``{name: array}`` (the registry's hooks take them)."""
+    return {name: getattr(self, name)[...] for name in self.pe_param_names}
+
+  def bias(self, seq_len: int) -> Optional[jax.Array]:
     """Additive logit bias ``[heads, seq, seq]`` of this layer, or None."""
-    if self.cfg.spec.bias == "relative":
-      return positional.relative_bias_from_table(
-          self.rel_table[...], seq_len, max_distance=self.cfg.relative_distance,
-          num_buckets=self.cfg.relative_buckets)
-    if self.cfg.spec.bias in ("kerple_log", "kerple_power"):
-      kind = self.cfg.spec.bias.split("_")[1]
-      r1, r2 = positional.kerple_params(self.kerple_r1[...], self.kerple_r2[...],
-                                        kind=kind)
-      return positional.kerple_bias(seq_len, r1, r2, kind=kind)
-    return alibi
+    return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
 
-  def head_outputs(self, x, e, *, positions, alibi, mask, key=None):
+  def kv_input(self, h, e):
+    """What keys/values are computed from: the normed residual ``h``, or the
+    input embeddings ``e`` in faithful mode (the paper's quirk)."""
+    return e if self.cfg.kv_from_input else h
+
+  def head_outputs(self, x, e, *, positions, mask, key=None):
     """This block's per-head attention outputs ``[batch, seq, heads, head_dim]``."""
-    cfg = self.cfg
     h = self.ln1(x)
-    bias = self.bias(x.shape[1], alibi)
-    if cfg.is_mla:
+    bias = self.bias(x.shape[1])
+    if self.cfg.is_mla:
       return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask,
                                     dropout_key=key)
-    kv = e if cfg.kv_from_input else h
-    return self.attn.head_outputs(h, kv, positions=positions, bias=bias, mask=mask,
-                                  dropout_key=key)
+    return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
+                                  mask=mask, dropout_key=key)
 
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)
@@ -343,10 +314,9 @@ class _Block(nnx.Module):
     f = dropout(self.ff2(f), cfg.dropout, keys[3])
     return x + f
 
-  def __call__(self, x, e, *, positions, alibi, mask, head_mask, key):
+  def __call__(self, x, e, *, positions, mask, head_mask, key):
     keys = [None] * 4 if key is None else list(jax.random.split(key, 4))
-    o = self.head_outputs(x, e, positions=positions, alibi=alibi, mask=mask,
-                          key=keys[0])
+    o = self.head_outputs(x, e, positions=positions, mask=mask, key=keys[0])
     return self.finish(x, o, head_mask=head_mask, keys=keys)
 
 
@@ -359,12 +329,10 @@ class TransformerClassifier(nnx.Module):
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model,
                            embedding_init=jax.nn.initializers.normal(embed_std),
                            rngs=rngs)
-    spec = cfg.spec
-    if spec.input == "learned":
-      self.pos_table = nnx.Param(embed_std * jax.random.normal(
-          rngs.params(), (cfg.max_len, cfg.d_model)))
-    elif cfg.is_mla and cfg.faithful:
-      self.pos_table = nnx.Param(jnp.zeros((cfg.max_len, cfg.d_model)))
+    pe_params = cfg.encoding.input_params(cfg, rngs.params, embed_std)
+    self.pe_param_names = tuple(pe_params)
+    for name, value in pe_params.items():
+      setattr(self, name, nnx.Param(value))
     self.blocks = nnx.List([_Block(cfg, rngs=rngs)
                             for _ in range(cfg.num_layers)])
     if cfg.final_norm:
@@ -377,15 +345,9 @@ class TransformerClassifier(nnx.Module):
     cfg = self.cfg
     seq_len = ids.shape[1]
     e = self.embed(ids)
-    if cfg.spec.input == "sinusoidal":
-      e = e + positional.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
-    elif hasattr(self, "pos_table"):
-      if seq_len > cfg.max_len:
-        raise ValueError(
-            f"sequence length {seq_len} exceeds max_len {cfg.max_len} of the "
-            f"learned position table")
-      e = e + self.pos_table[...][:seq_len]
-    return e
+    table = cfg.encoding.input_table(
+        cfg, {name: getattr(self, name)[...] for name in self.pe_param_names}, seq_len)
+    return e if table is None else e + table
 
   def attention_mask(self, ids: jax.Array) -> Optional[jax.Array]:
     """Boolean ``[batch, 1, q, k]`` mask (None if nothing is masked)."""
@@ -398,12 +360,6 @@ class TransformerClassifier(nnx.Module):
       causal = jnp.tril(jnp.ones((seq_len, seq_len), bool))[None, None]
       mask = causal if mask is None else mask & causal
     return mask
-
-  def alibi(self, seq_len: int) -> Optional[jax.Array]:
-    cfg = self.cfg
-    if cfg.spec.bias != "alibi":
-      return None
-    return positional.alibi_bias(seq_len, alibi_slopes(cfg), causal=cfg.causal)
 
   def __call__(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
                head_mask: Optional[jax.Array] = None) -> jax.Array:
@@ -440,10 +396,8 @@ class TransformerClassifier(nnx.Module):
     return self.classify(x, ids), e, inputs
 
   def context(self, ids: jax.Array) -> dict:
-    """What every block needs besides its input: ``positions``, ``alibi``, ``mask``."""
-    seq_len = ids.shape[1]
-    return {"positions": np.arange(seq_len), "alibi": self.alibi(seq_len),
-            "mask": self.attention_mask(ids)}
+    """What every block needs besides its input: ``positions`` and ``mask``."""
+    return {"positions": np.arange(ids.shape[1]), "mask": self.attention_mask(ids)}
 
   def classify(self, x: jax.Array, ids: jax.Array) -> jax.Array:
     """Class logits from the last residual stream: final norm, pooling, head."""
@@ -473,13 +427,6 @@ def check_token_ids(ids, vocab_size: int) -> None:
   if lo < 0 or hi >= vocab_size:
     raise ValueError(f"token ids must be in [0, vocab_size={vocab_size}), got "
                      f"values in [{lo}, {hi}]")
-
-
-def alibi_slopes(cfg: ModelConfig) -> jax.Array:
-  """The ALiBi slopes ``[num_heads]`` of ``cfg`` (its resolved slope scheme)."""
-  if cfg.alibi_slope_scheme == "paper":
-    return positional.alibi_slopes_paper(cfg.num_heads)
-  return positional.alibi_slopes(cfg.num_heads)
 
 
 def init_model(cfg: ModelConfig, key: jax.Array):

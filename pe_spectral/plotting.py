@@ -70,10 +70,12 @@ def spectral_spread_growth(toeplitz_rows: list[dict], envelope_rows: list[dict],
                            path: str) -> None:
   """ALiBi spread/(m n²) and RoPE vs NoPE logit spectra with the θ-free envelope."""
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
-  al = [r for r in toeplitz_rows if r["pe"] == "alibi"]
+  # a closed-form row (ALiBi) with its slope m = -t_1 (older files store "slope")
+  al = [r for r in toeplitz_rows if r.get("exact_method") == "closed form"]
   if al:
     n = np.array([r["n"] for r in al], float)
-    ratio = [(r["lam_max"] - r["lam_min"]) / (r["slope"] * r["n"] ** 2) for r in al]
+    ratio = [(r["lam_max"] - r["lam_min"]) / (r.get("slope", abs(r.get("t1", 0.0)))
+                                              * r["n"] ** 2) for r in al]
     a1.plot(n, ratio, "o-", label="exact spread / (m n²)")
     a1.axhline(0.5500506, color="k", ls=":", label="0.5500506 (Thm 10)")
     a1.set_xscale("log", base=2)

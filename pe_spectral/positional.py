@@ -1,18 +1,14 @@
-"""Positional encodings as pure ``jnp`` functions, plus the PE registry.
+"""Positional encodings as pure ``jnp`` functions.
 
 Every function here is framework-free, works under ``jax.jit`` and ``jax.vmap``
-and is the single definition of its PE: the model (``model.py``), the head
-ablation and the spectral analysis (``spectral.py``) all call these.
+and is the single definition of its formula. How each ``--pe`` name uses them
+(its input table, logit bias, q/k transform and parameters) is said once, in
+the PE registry (``pe_spectral.encodings``); the model, the decomposition, the
+ablation and the spectral CLI call only the registry's hooks.
 
-The registry (:data:`PE_REGISTRY`) says how each ``--pe`` name enters
-attention:
-
-* ``input``  -- a table added to the token embeddings (sinusoidal, learned);
-* ``bias``   -- a per-head Toeplitz bias added to the logits (relative, ALiBi);
-* ``rotary`` -- q/k rotated by position (RoPE on all heads, on the first k heads,
-  or MLA's decoupled rotary channel);
-* a combination (``rope_sinusoidal``: the paper's code adds an input sinusoid
-  *and* rotates q/k).
+The q/k transforms (:class:`Rotation`, :class:`PaperMLARotation`,
+:class:`XPos`) are small frozen dataclasses: hashable, so a model's static
+structure holds them, and callable as ``transform(q, k, positions) -> (q, k)``.
 """
 from __future__ import annotations
 
@@ -25,90 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "PESpec", "PE_REGISTRY", "PE_NAMES", "get_pe",
     "sinusoidal_table", "rope_angles", "apply_rope", "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
     "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
     "yarn_attention_factor", "rope_inverse_frequencies", "p_rope_frequencies",
     "kerple_bias", "kerple_coeffs", "kerple_params",
+    "Rotation", "PaperMLARotation", "paper_mla_rotary", "xpos_scale", "XPos",
+    "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class PESpec:
-  """How one positional encoding enters the model.
-
-  Attributes:
-    name: the ``--pe`` name.
-    input: ``None``, ``"sinusoidal"`` or ``"learned"`` -- a table added to the
-      token embeddings.
-    bias: ``None``, ``"relative"``, ``"alibi"``, ``"kerple_log"`` or
-      ``"kerple_power"`` -- an additive logit bias.
-    rotary: ``None``, ``"all"`` (every head), ``"partial"`` (first
-      ``rope_heads`` heads) or ``"mla"`` (decoupled rotary channel of MLA).
-    description: one line for ``--help`` and reports.
-  """
-  name: str
-  input: Optional[str] = None
-  bias: Optional[str] = None
-  rotary: Optional[str] = None
-  description: str = ""
-
-  @property
-  def kinds(self) -> tuple[str, ...]:
-    """The ways this PE enters attention, e.g. ``("input", "rotary")``."""
-    out = []
-    if self.input:
-      out.append("input")
-    if self.bias:
-      out.append("bias")
-    if self.rotary:
-      out.append("rotary")
-    return tuple(out)
-
-
-PE_REGISTRY: dict[str, PESpec] = {
-    s.name: s for s in (
-        PESpec("nope", description="no positional encoding"),
-        PESpec("sinusoidal", input="sinusoidal",
-               description="fixed sinusoid added to the input (paper: absolute)"),
-        PESpec("learned", input="learned",
-               description="learned absolute table added to the input (paper: random)"),
-        PESpec("relative", bias="relative",
-               description="learned per-layer per-head scalar bias per clipped "
-               "offset (T5 log-buckets optional)"),
-        PESpec("alibi", bias="alibi",
-               description="ALiBi: -m_h |i-j| logit bias (causal variant optional)"),
-        PESpec("rope", rotary="all",
-               description="rotary on all heads, interleaved pairs"),
-        PESpec("partial_rope", rotary="partial",
-               description="rotary on the first rope_heads heads only"),
-        PESpec("rope_sinusoidal", input="sinusoidal", rotary="all",
-               description="input sinusoid + rotary (what the paper's code calls rope)"),
-        PESpec("kerple_log", bias="kerple_log",
-               description="KERPLE (log): -r1_h log(1 + r2_h |i-j|), r1, r2 > 0 learned"),
-        PESpec("kerple_power", bias="kerple_power",
-               description="KERPLE (power): -r1_h |i-j|^r2_h, r1 > 0, 0 < r2 <= 2 learned"),
-        PESpec("p_rope", rotary="all",
-               description="p-RoPE: rotary on the highest rope_fraction of the "
-               "frequency pairs, the rest unrotated"),
-        PESpec("mla", rotary="mla",
-               description="DeepSeek-style multi-head latent attention with "
-               "decoupled RoPE"),
-    )
-}
-PE_NAMES: tuple[str, ...] = tuple(PE_REGISTRY)
-
-
-def get_pe(name: str) -> PESpec:
-  """Returns the registry entry for ``name``; clear error for unknown names."""
-  try:
-    return PE_REGISTRY[name]
-  except KeyError:
-    raise ValueError(
-        f"unknown positional encoding {name!r}; valid names: "
-        f"{', '.join(PE_NAMES)}") from None
 
 
 # ----------------------------------------------------------------------------
@@ -443,3 +364,166 @@ def relative_bias_from_table(table: jax.Array, seq_len: int, *,
     idx = relative_position_bucket(rel, num_buckets=num_buckets,
                                    max_distance=max_distance)
   return jnp.moveaxis(table[idx], -1, 0)
+
+
+# ----------------------------------------------------------------------------
+# q/k transforms: what a rotary PE does to queries and keys.
+# ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+  """RoPE as a q/k transform: both rotated by :func:`apply_rope` (base,
+  eval-time ``scaling``, p-RoPE ``fraction``). A pure rotation: logits are
+  the Hadamard form ``Re Σ_j (z_j w_j*) ∘ G_θj`` with :meth:`frequencies`."""
+  base: float = 10000.0
+  scaling: Optional[RopeScaling] = None
+  fraction: Optional[float] = None
+  is_rotation = True
+
+  def __call__(self, q, k, positions):
+    rot = lambda x: apply_rope(x, positions, base=self.base, scaling=self.scaling,
+                               fraction=self.fraction)
+    return rot(q), rot(k)
+
+  def frequencies(self, head_dim: int) -> np.ndarray:
+    return rope_inverse_frequencies(head_dim, self.base, self.scaling, self.fraction)
+
+
+def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
+                     base: float = 10000.0) -> jax.Array:
+  """The paper's MLA 'rotary' transform, bug included (faithful mode only).
+
+  Its cache row for position p is ``[sin(p theta_0..) | cos(p theta_0..)]`` and
+  the code reads the even columns as sines and the odd columns as cosines, so
+  the sine and cosine of one pair come from different frequencies. It is not
+  a rotation (norms change; scores are not relative). See docs/protocol.md.
+  """
+  d = x.shape[-1]
+  angles = rope_angles(positions, d, base)  # [..., d/2]
+  cache = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d]
+  sin, cos = cache[..., 0::2], cache[..., 1::2]
+  xe, xo = x[..., 0::2], x[..., 1::2]
+  out = jnp.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1)
+  return out.reshape(x.shape).astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperMLARotation:
+  """The paper's MLA transform (:func:`paper_mla_rotary`) on q and k; not a rotation."""
+  base: float = 10000.0
+  is_rotation = False
+
+  def __call__(self, q, k, positions):
+    return (paper_mla_rotary(q, positions, base=self.base),
+            paper_mla_rotary(k, positions, base=self.base))
+
+
+def xpos_scale(positions, head_dim: int, *, gamma: float = 0.4,
+               scale_base: float = 512.0) -> jax.Array:
+  """xPos (Sun et al. 2022) query scale ``[..., head_dim/2]``: pair ``i`` of a
+  query at position ``n`` is scaled by ``ζ_i^(n/scale_base)``, with
+  ``ζ_i = (2i/head_dim + γ)/(1 + γ)`` (< 1); a key's scale is the reciprocal,
+  so the logit of query ``n`` and key ``m`` carries ``ζ_i^((n-m)/scale_base)``:
+  decay with distance for keys in the past, growth for keys in the future."""
+  if head_dim % 2:
+    raise ValueError(f"xpos_scale needs an even head_dim, got {head_dim}")
+  zeta = (2.0 * np.arange(head_dim // 2) / head_dim + gamma) / (1.0 + gamma)
+  if isinstance(positions, np.ndarray):
+    return zeta ** (positions.astype(np.float64)[..., None] / scale_base)
+  pos = jnp.asarray(positions, jnp.float32)[..., None]
+  return jnp.asarray(zeta, jnp.float32) ** (pos / scale_base)
+
+
+@dataclasses.dataclass(frozen=True)
+class XPos:
+  """xPos as a q/k transform: RoPE, then queries scaled by :func:`xpos_scale`
+  and keys by its reciprocal (each pair's two entries share one scale).
+
+  The logits are a Hadamard form with the Toeplitz factors
+  ``ζ_j^((n-m)/scale_base) e^{i(n-m)θ_j}``, which are not unit-modulus: no
+  Schur contraction is claimed for it (``is_rotation`` is False)."""
+  base: float = 10000.0
+  gamma: float = 0.4
+  scale_base: float = 512.0
+  scaling: Optional[RopeScaling] = None
+  is_rotation = False
+
+  def __call__(self, q, k, positions):
+    d = q.shape[-1]
+    rot = lambda x: apply_rope(x, positions, base=self.base, scaling=self.scaling)
+    s = xpos_scale(positions, d, gamma=self.gamma, scale_base=self.scale_base)
+    if isinstance(s, np.ndarray):
+      s = s.astype(np.float32)
+    s = jnp.repeat(jnp.asarray(s), 2, axis=-1)
+    return (rot(q) * s.astype(q.dtype), rot(k) / s.astype(k.dtype))
+
+  def frequencies(self, head_dim: int) -> np.ndarray:
+    return rope_inverse_frequencies(head_dim, self.base, self.scaling)
+
+
+# ----------------------------------------------------------------------------
+# FIRE (Li et al. 2023, arXiv 2310.04418): functional interpolation.
+# ----------------------------------------------------------------------------
+
+def fire_psi(x, c):
+  """FIRE's monotone transform ``ψ(x) = log(c x + 1)``."""
+  return jnp.log(c * x + 1.0)
+
+
+def fire_init(key: jax.Array, num_heads: int, *, hidden: int = 32,
+              threshold: float = 512.0, c: float = 0.1) -> dict:
+  """FIRE's parameters for one layer: the MLP ``f_θ: R -> R^heads`` (one ReLU
+  hidden layer of ``hidden`` units; ``w1`` ~ N(0, 1), ``w2`` ~ N(0, 1/hidden),
+  zero biases) and the unconstrained ``c_raw`` and ``threshold_raw``
+  (:func:`fire_constants` maps them to ``c > 0`` and ``L > 0``)."""
+  k1, k2 = jax.random.split(key)
+  inv_softplus = lambda y: float(np.log(np.expm1(y)))
+  return {
+      "fire_w1": jax.random.normal(k1, (hidden,)),
+      "fire_b1": jnp.zeros((hidden,)),
+      "fire_w2": jax.random.normal(k2, (hidden, num_heads)) / math.sqrt(hidden),
+      "fire_b2": jnp.zeros((num_heads,)),
+      "fire_c": jnp.asarray(inv_softplus(c), jnp.float32),
+      "fire_threshold": jnp.asarray(inv_softplus(threshold), jnp.float32),
+  }
+
+
+def fire_constants(params: dict):
+  """``(c, L)``: both ``softplus`` of their raw parameters."""
+  return jax.nn.softplus(params["fire_c"]), jax.nn.softplus(params["fire_threshold"])
+
+
+def _fire_mlp(params: dict, x):
+  """``f_θ`` on ``x [...]`` -> ``[..., heads]``."""
+  h = jax.nn.relu(x[..., None] * params["fire_w1"] + params["fire_b1"])
+  return h @ params["fire_w2"] + params["fire_b2"]
+
+
+def fire_bias(params: dict, seq_len: int, *, causal: bool = False) -> jax.Array:
+  """FIRE logit bias ``[heads, seq_len, seq_len]``:
+  ``bias[h, i, j] = f_θ(ψ(d_ij) / ψ(max(L, i)))_h`` with query ``i``, key ``j``.
+
+  The paper is causal (``d_ij = i - j`` for ``j <= i``; entries above the
+  diagonal are 0 here and masked by the attention mask). This classifier is
+  bidirectional, so the default uses ``d_ij = |i - j|``: a key ``k`` tokens
+  ahead gets the bias of one ``k`` tokens behind. While ``i <= L`` the
+  normaliser is ``ψ(L)`` for every query, so on sequences of at most ``L + 1``
+  tokens the bias is Toeplitz (:func:`fire_coeffs`); beyond, longer queries are
+  interpolated into the same ``[0, 1]`` range -- FIRE's length generalisation.
+  """
+  c, L = fire_constants(params)
+  pos = jnp.arange(seq_len, dtype=jnp.float32)
+  diff = pos[:, None] - pos[None, :]
+  dist = jnp.where(diff >= 0, diff, 0.0) if causal else jnp.abs(diff)
+  norm = fire_psi(jnp.maximum(L, pos), c)[:, None]
+  out = _fire_mlp(params, fire_psi(dist, c) / norm)  # [seq, seq, heads]
+  return jnp.moveaxis(out, -1, 0)
+
+
+def fire_coeffs(params: dict, seq_len: int) -> jax.Array:
+  """Toeplitz coefficients ``[heads, 2n-1]`` of the bidirectional FIRE bias in
+  its Toeplitz regime (``n - 1 <= L``): ``t_k = f_θ(ψ(|k|)/ψ(L))``, symmetric.
+  Beyond that regime the bias is not Toeplitz and these are not its entries."""
+  c, L = fire_constants(params)
+  k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
+  return _fire_mlp(params, fire_psi(k, c) / fire_psi(L, c)).T

@@ -51,40 +51,53 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
           for x in (q, k):
             x0, x1 = x[:, m, head, 2 * i].copy(), x[:, m, head, 2 * i + 1].copy()
             x[:, m, head, 2 * i], x[:, m, head, 2 * i + 1] = c * x0 - s_ * x1, s_ * x0 + c * x1
+          if cfg.pe == "xpos":  # Sun et al.: query pair i times ζ_i^(m/512), key ζ_i^(-m/512)
+            zeta = (2.0 * i / d + 0.4) / 1.4
+            q[:, m, head, 2 * i:2 * i + 2] *= zeta ** (m / 512.0)
+            k[:, m, head, 2 * i:2 * i + 2] *= zeta ** (-m / 512.0)
   out = np.zeros((b, H, n, n))
   for head in range(H):
     for i in range(n):
       for j in range(n):
         out[:, head, i, j] = (q[:, i, head] * k[:, j, head]).sum(-1) / np.sqrt(d)
-  if cfg.spec.bias == "alibi":
+  if cfg.pe == "alibi":
     slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
               else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
     for head in range(H):
       for i in range(n):
         for j in range(n):
           out[:, head, i, j] -= slopes[head] * abs(i - j)
-  elif cfg.spec.bias in ("kerple_log", "kerple_power"):
+  elif cfg.pe in ("kerple_log", "kerple_power"):
     softplus = lambda x: np.log1p(np.exp(x))
     r1 = softplus(_np(blk["kerple_r1"]))
     raw2 = _np(blk["kerple_r2"])
-    r2 = softplus(raw2) if cfg.spec.bias == "kerple_log" else 2 / (1 + np.exp(-raw2))
+    r2 = softplus(raw2) if cfg.pe == "kerple_log" else 2 / (1 + np.exp(-raw2))
     for i in range(n):
       for j in range(n):
         dist = abs(i - j)
-        out[:, :, i, j] += (-r1 * np.log(1 + r2 * dist) if cfg.spec.bias == "kerple_log"
+        out[:, :, i, j] += (-r1 * np.log(1 + r2 * dist) if cfg.pe == "kerple_log"
                             else -r1 * dist ** r2)
-  elif cfg.spec.bias == "relative":
+  elif cfg.pe == "relative":
     table, r = _np(blk["rel_table"]), cfg.relative_distance
     for i in range(n):
       for j in range(n):
         out[:, :, i, j] += table[min(max(j - i, -r), r) + r]
+  elif cfg.pe == "fire":  # Li et al.: f(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx + 1)
+    softplus = lambda x: np.log1p(np.exp(x))
+    c, L = softplus(_np(blk["fire_c"])), softplus(_np(blk["fire_threshold"]))
+    psi = lambda x: np.log(c * x + 1.0)
+    for i in range(n):
+      for j in range(n):
+        u = psi(abs(i - j)) / psi(max(L, i))
+        hidden = np.maximum(u * _np(blk["fire_w1"]) + _np(blk["fire_b1"]), 0.0)
+        out[:, :, i, j] += hidden @ _np(blk["fire_w2"]) + _np(blk["fire_b2"])
   return out
 
 
 ORACLE_PES = [(pe, False) for pe in ("nope", "sinusoidal", "learned", "alibi",
                                       "relative", "rope", "rope_sinusoidal",
                                       "partial_rope", "kerple_log", "kerple_power",
-                                      "p_rope")]
+                                      "p_rope", "fire", "xpos")]
 ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal")]
 
 
@@ -117,14 +130,14 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
     want0 = _oracle_logits(params, cfg, xs[layer], e, layer, rotate=False)
     np.testing.assert_allclose(t["logits_theta0"], want0, atol=2e-5, rtol=1e-5)
     # content-only counterpart: the same oracle on the content stream, no bias
-    plain = dataclasses.replace(cfg, pe="nope") if cfg.spec.bias else cfg
+    plain = dataclasses.replace(cfg, pe="nope") if "bias" in cfg.encoding.kinds else cfg
     g_cc = _oracle_logits(params, plain, xs_c[layer], e_c, layer, rotate=False)
     np.testing.assert_allclose(t["G_cc"], g_cc, atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"],
                                want0 - g_cc, atol=3e-5, rtol=1e-5)
-    if cfg.num_rope_heads:  # the Hadamard form is the rotated logits
+    if cfg.num_rope_heads and cfg.pe != "xpos":  # the Hadamard form is the rotated logits
       np.testing.assert_allclose(t["hadamard"], want, atol=5e-5, rtol=1e-5)
-    if cfg.spec.input is None:  # position enters only through bias/rotation
+    if "input" not in cfg.encoding.kinds:  # position enters only through bias/rotation
       assert float(jnp.abs(t["G_pp"]).max()) == 0.0
     else:
       assert float(jnp.abs(t["G_pp"]).max()) > 0.0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from pe_spectral import positional as P
+from pe_spectral import encodings, positional as P
 from pe_spectral.attention import MultiHeadAttention
 from pe_spectral.model import PRESETS, ModelConfig, apply_model, init_model
 
@@ -22,7 +22,7 @@ def _ids(key, b=3, s=10, lengths=(10, 7, 4)):
 
 
 @pytest.mark.parametrize("faithful", [False, True])
-@pytest.mark.parametrize("pe", P.PE_NAMES)
+@pytest.mark.parametrize("pe", encodings.names())
 def test_every_pe_forward_backward_finite(pe, faithful):
   cfg = _cfg(pe, faithful=faithful, rope_heads=1)
   graphdef, params = init_model(cfg, jax.random.key(0))
@@ -40,7 +40,7 @@ def test_every_pe_forward_backward_finite(pe, faithful):
 
 
 @pytest.mark.parametrize("faithful", [False, True])
-@pytest.mark.parametrize("pe", [p for p in P.PE_NAMES if p != "nope"])
+@pytest.mark.parametrize("pe", [p for p in encodings.names() if p != "nope"])
 def test_every_pe_makes_output_depend_on_order(pe, faithful):
   """A PE that is the identity (or zero) would leave a NoPE-like model order-blind."""
   cfg = _cfg(pe, faithful=faithful, rope_heads=1, dropout=0.0)
@@ -62,7 +62,7 @@ def test_nope_is_permutation_invariant(faithful):
                              apply_model(graphdef, params, ids), atol=2e-5)
 
 
-@pytest.mark.parametrize("pe", P.PE_NAMES)
+@pytest.mark.parametrize("pe", encodings.names())
 def test_clean_mode_ignores_extra_padding(pe):
   cfg = _cfg(pe, rope_heads=1)
   graphdef, params = init_model(cfg, jax.random.key(0))
@@ -100,7 +100,7 @@ def test_block_keys_values_source(faithful):
   e = model.embed_inputs(ids)
   x = jax.random.normal(jax.random.key(2), e.shape)
   block = model.blocks[1]
-  got = block(x, e, positions=jnp.arange(10), alibi=None, mask=None,
+  got = block(x, e, positions=jnp.arange(10), mask=None,
               head_mask=None, key=None)
   want = _block_oracle(block, x, e if faithful else None)
   other = _block_oracle(block, x, None if faithful else e)
@@ -191,7 +191,7 @@ def test_alibi_slope_scheme(faithful, override, want):
   cfg = ModelConfig(**{**TINY, "pe": "alibi", "faithful": faithful, "alibi_slopes": override})
   model = nnx.merge(*init_model(cfg, jax.random.key(0)))
   slopes = (P.alibi_slopes_paper if want == "paper" else P.alibi_slopes)(cfg.num_heads)
-  np.testing.assert_allclose(model.alibi(5), P.alibi_bias(5, slopes), atol=1e-7)
+  np.testing.assert_allclose(model.blocks[0].bias(5), P.alibi_bias(5, slopes), atol=1e-7)
 
 
 def test_mla_attention_dropout_clean_only():

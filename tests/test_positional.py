@@ -151,13 +151,16 @@ def test_relative_bias_is_toeplitz():
 
 
 def test_registry_and_unknown_name():
-  assert set(P.PE_NAMES) == {"nope", "sinusoidal", "learned", "relative", "alibi",
-                             "rope", "partial_rope", "rope_sinusoidal", "mla",
-                             "kerple_log", "kerple_power", "p_rope"}
-  assert P.get_pe("rope_sinusoidal").kinds == ("input", "rotary")
-  assert P.get_pe("alibi").kinds == ("bias",)
+  from pe_spectral import encodings
+  assert set(encodings.names()) == {
+      "nope", "sinusoidal", "learned", "relative", "alibi", "rope", "partial_rope",
+      "rope_sinusoidal", "mla", "kerple_log", "kerple_power", "p_rope", "fire", "xpos"}
+  assert encodings.get("rope_sinusoidal").kinds == ("input", "rotary")
+  assert encodings.get("alibi").kinds == ("bias",)
+  assert encodings.get("fire").kinds == ("bias",)
+  assert encodings.get("nope").kinds == ()
   with pytest.raises(ValueError, match="valid names: nope"):
-    P.get_pe("rotary")
+    encodings.get("rotary")
 
 
 def test_pe_functions_jit_and_vmap():

@@ -6,14 +6,21 @@ import sys
 
 def test_spectra_cli_writes_json_and_figures(tmp_path):
   out = subprocess.run([sys.executable, "-m", "experiments.spectra", "--n=16,64",
+                        "--pe=alibi,relative,sinusoidal,rope,fire,learned,xpos",
+                        "--faithful", "--preset=smoke",
                         "--dense_max=32", "--lanczos_steps=20", "--content_samples=1",
                         f"--outdir={tmp_path}"], capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-2000:]
   with open(tmp_path / "spectra.json") as f:
     res = json.load(f)
   assert {r["pe"] for r in res["toeplitz"]} == {"alibi", "relative", "sinusoidal",
-                                                 "rope (Re G_θ1)"}
+                                                 "rope", "fire"}
+  assert set(res["no_toeplitz"]) == {"learned", "xpos"}  # said, not faked
   assert all(r["contained"] for r in res["toeplitz"])
+  # the PE a faithful run trains: ALiBi head 0 has the paper's slope exp(0) = 1
+  alibi = [r for r in res["toeplitz"] if r["pe"] == "alibi"]
+  assert all(r["t1"] == -1.0 and r["exact_method"] == "closed form" for r in alibi)
+  assert res["config"]["rotary_dim"] == 8  # smoke head_dim
   methods = {(r["pe"], r["n"]): r["exact_method"] for r in res["toeplitz"]}
   assert methods[("sinusoidal", 16)] == "dense"
   assert methods[("sinusoidal", 64)].startswith("lanczos")
@@ -22,7 +29,7 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
 
 
 def test_spectra_cli_rejects_bad_flags(tmp_path):
-  for args in (["--pe=learned"], ["--n=1"], ["--d=7"]):
+  for args in (["--pe=bogus"], ["--n=1"], ["--preset=huge"]):
     out = subprocess.run([sys.executable, "-m", "experiments.spectra", *args,
                           f"--outdir={tmp_path}/x"], capture_output=True, text=True)
     assert out.returncode == 2 and "error:" in out.stderr

@@ -1,0 +1,474 @@
+"""The PE registry: each positional encoding is one object, in one place.
+
+An encoding implements the hooks every consumer needs, and nothing outside
+this module switches on a PE's name:
+
+* ``input_params`` / ``input_table`` -- a table added to the token embeddings
+  (absolute PEs);
+* ``layer_params`` / ``bias`` -- a per-layer additive logit bias
+  ``[heads, n, n]`` (relative, ALiBi, KERPLE, FIRE);
+* ``qk_transform`` / ``rotary_heads`` -- what is done to queries and keys, and
+  on how many heads (RoPE, partial RoPE, p-RoPE, xPos, MLA's rotary channel);
+* ``toeplitz_coeffs`` -- the Hermitian Toeplitz coefficients of the PE's
+  position matrix (the bias's symmetric part, the input table's Gram, or one
+  rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
+  ``bias_extremes`` where a closed form exists (ALiBi);
+* ``validate`` -- the PE's own checks of a :class:`~pe_spectral.model.ModelConfig`.
+
+Hooks take the model config ``cfg`` and, where parameters are involved, a dict
+``{name: array}`` of one layer's (or the model's) PE parameters; they are pure
+``jnp`` and work under ``jit`` and ``vmap`` (over seeds, e.g.).
+
+Adding a PE is one subclass plus :func:`register`:
+
+>>> class Constant(PositionalEncoding):
+...   name = "constant"
+...   def bias(self, cfg, params, seq_len):
+...     return jnp.zeros((cfg.num_heads, seq_len, seq_len))
+>>> register(Constant())  # now --pe=constant trains
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pe_spectral import positional as P
+
+__all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
+           "REGISTRY"]
+
+REGISTRY: dict[str, "PositionalEncoding"] = {}
+
+
+class PositionalEncoding:
+  """A PE that does nothing (NoPE); subclasses override the hooks they need.
+
+  Class attributes:
+    name: the ``--pe`` name.
+    description: one line for ``--help``, the README and reports.
+    latent_attention: the model uses DeepSeek-style latent attention (MLA).
+    options: ``ModelConfig`` fields only this PE uses; setting one for another
+      PE is an error.
+    spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
+  """
+  name: str = ""
+  description: str = ""
+  latent_attention: bool = False
+  options: tuple[str, ...] = ()
+  spectral_note: str = ""
+
+  # --- what it is ---------------------------------------------------------
+  @property
+  def kinds(self) -> tuple[str, ...]:
+    """The ways this PE enters attention, e.g. ``("input", "rotary")``."""
+    cls = type(self)
+    base = PositionalEncoding
+    out = []
+    if cls.input_table is not base.input_table:
+      out.append("input")
+    if cls.bias is not base.bias:
+      out.append("bias")
+    if cls.qk_transform is not base.qk_transform:
+      out.append("rotary")
+    return tuple(out)
+
+  def validate(self, cfg) -> None:
+    """Raises ``ValueError`` for a config this PE cannot run."""
+
+  # --- input (absolute) ---------------------------------------------------
+  def input_params(self, cfg, next_key: Callable[[], jax.Array], std: float) -> dict:
+    """Model-level PE parameters (``std``: the token embedding's init scale);
+    ``next_key()`` draws a key (call it only if needed)."""
+    return {}
+
+  def input_table(self, cfg, params: dict, seq_len: int) -> Optional[jax.Array]:
+    """``[seq_len, d_model]`` added to the token embeddings, or None."""
+    return None
+
+  # --- additive bias ------------------------------------------------------
+  def layer_params(self, cfg, next_key: Callable[[], jax.Array]) -> dict:
+    """One layer's PE parameters (drawn in layer order)."""
+    return {}
+
+  def bias(self, cfg, params: dict, seq_len: int) -> Optional[jax.Array]:
+    """One layer's logit bias ``[heads, seq_len, seq_len]``, or None."""
+    return None
+
+  def bias_extremes(self, cfg, seq_len: int):
+    """Exact ``(λ_min, λ_max)`` per head of the bias's symmetric part where a
+    closed form exists, else None."""
+    return None
+
+  # --- q/k transform --------------------------------------------------------
+  def qk_transform(self, cfg):
+    """A hashable ``transform(q, k, positions) -> (q, k)``, or None."""
+    return None
+
+  def rotary_heads(self, cfg) -> int:
+    """Heads (of a standard attention layer) the transform applies to."""
+    return 0
+
+  def rotary_dim(self, cfg) -> int:
+    """Width of the transformed q/k channel."""
+    return cfg.mla_rope_dim if self.latent_attention else cfg.head_dim
+
+  def rotary_frequencies(self, cfg) -> Optional[np.ndarray]:
+    """``[rotary_dim/2]`` inverse frequencies when the transform is a pure
+    rotation (the logits then have the Hadamard form), else None."""
+    t = self.qk_transform(cfg)
+    if t is None or not t.is_rotation:
+      return None
+    return t.frequencies(self.rotary_dim(cfg))
+
+  # --- spectral view --------------------------------------------------------
+  def toeplitz_coeffs(self, cfg, params: dict, seq_len: int) -> Optional[jax.Array]:
+    """``[..., 2n-1]`` Hermitian Toeplitz coefficients of the PE's position
+    matrix at length ``seq_len`` (see module docstring), or None."""
+    return None
+
+  toeplitz_label: str = ""  # what toeplitz_coeffs describe, for tables
+
+  def table_reach(self, cfg) -> Optional[int]:
+    """The largest offset the PE's parameters tell apart (a clipped relative
+    table's distance), or None when unbounded."""
+    return None
+
+  def run_label(self, model: dict) -> str:
+    """How a run of this PE with model config dict ``model`` is labelled."""
+    return self.name
+
+  def __repr__(self) -> str:
+    return f"<PE {self.name}>"
+
+
+def register(encoding: PositionalEncoding, *, replace: bool = False) -> PositionalEncoding:
+  """Adds ``encoding`` to the registry under ``encoding.name``."""
+  if not encoding.name or not encoding.name.replace("_", "").isalnum():
+    raise ValueError(f"a PE name must be a non-empty identifier, got {encoding.name!r}")
+  if encoding.name in REGISTRY and not replace:
+    raise ValueError(f"PE {encoding.name!r} is already registered")
+  REGISTRY[encoding.name] = encoding
+  return encoding
+
+
+def unregister(name: str) -> None:
+  REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+  return tuple(REGISTRY)
+
+
+def get(name: str) -> PositionalEncoding:
+  """The registered encoding ``name``; a clear error lists the valid names."""
+  try:
+    return REGISTRY[name]
+  except KeyError:
+    raise ValueError(f"unknown positional encoding {name!r}; valid names: "
+                     f"{', '.join(REGISTRY)}") from None
+
+
+def _symmetric(coeffs):
+  """Symmetric part of Toeplitz coefficients ``[..., 2n-1]`` (Hermitian, real)."""
+  return 0.5 * (coeffs + coeffs[..., ::-1])
+
+
+def _inv_softplus(y: float) -> float:
+  return math.log(math.expm1(y))
+
+
+# ----------------------------------------------------------------------------
+# The encodings.
+# ----------------------------------------------------------------------------
+
+class NoPE(PositionalEncoding):
+  name = "nope"
+  description = "no positional encoding"
+  spectral_note = "no positional term: nothing to bound"
+
+
+class Sinusoidal(PositionalEncoding):
+  name = "sinusoidal"
+  description = "fixed sinusoid added to the input (paper: absolute)"
+  toeplitz_label = "Gram P Pᵀ of the input table"
+
+  def input_table(self, cfg, params, seq_len):
+    return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    if cfg.d_model % 2:
+      return None
+    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+    omega = jnp.asarray(P.rope_inverse_frequencies(cfg.d_model, cfg.rope_base), jnp.float32)
+    return jnp.cos(k[:, None] * omega).sum(-1)[None]
+
+
+class Learned(PositionalEncoding):
+  name = "learned"
+  description = "learned absolute table added to the input (paper: random)"
+  spectral_note = "a learned absolute table is not Toeplitz"
+
+  def input_params(self, cfg, next_key, std):
+    return {"pos_table": std * jax.random.normal(next_key(), (cfg.max_len, cfg.d_model))}
+
+  def input_table(self, cfg, params, seq_len):
+    if seq_len > cfg.max_len:
+      raise ValueError(f"sequence length {seq_len} exceeds max_len {cfg.max_len} of the "
+                       f"learned position table")
+    return params["pos_table"][:seq_len]
+
+
+class Relative(PositionalEncoding):
+  name = "relative"
+  description = ("learned per-layer per-head scalar bias per clipped offset "
+                 "(T5 log-buckets optional)")
+  toeplitz_label = "symmetric part of the bias"
+
+  def layer_params(self, cfg, next_key):
+    rows = (cfg.relative_buckets if cfg.relative_buckets is not None
+            else 2 * cfg.relative_distance + 1)
+    return {"rel_table": 0.02 * jax.random.normal(next_key(), (rows, cfg.num_heads))}
+
+  def table_reach(self, cfg):
+    return cfg.relative_distance
+
+  def _index(self, cfg, offsets):
+    r = cfg.relative_distance
+    if cfg.relative_buckets is None:
+      return jnp.clip(offsets, -r, r) + r
+    return P.relative_position_bucket(offsets, num_buckets=cfg.relative_buckets,
+                                      max_distance=r)
+
+  def bias(self, cfg, params, seq_len):
+    return P.relative_bias_from_table(params["rel_table"], seq_len,
+                                      max_distance=cfg.relative_distance,
+                                      num_buckets=cfg.relative_buckets)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    # bias[i, j] = table[index(j - i)]: coefficient t_k (k = j - i) per head
+    idx = self._index(cfg, jnp.arange(-(seq_len - 1), seq_len))
+    return _symmetric(params["rel_table"][idx].T)
+
+
+class Alibi(PositionalEncoding):
+  name = "alibi"
+  description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
+  toeplitz_label = "symmetric ALiBi bias"
+
+  def slopes(self, cfg) -> jax.Array:
+    """``[num_heads]``: ``exp(-h/H)`` for the paper's scheme, else Press et al.'s."""
+    if cfg.alibi_slope_scheme == "paper":
+      return P.alibi_slopes_paper(cfg.num_heads)
+    return P.alibi_slopes(cfg.num_heads)
+
+  def bias(self, cfg, params, seq_len):
+    return P.alibi_bias(seq_len, self.slopes(cfg), causal=cfg.causal)
+
+  def run_label(self, model):
+    slopes = model.get("alibi_slopes")  # set explicitly, not the mode's default
+    return self.name if slopes is None else f"{self.name} ({slopes} slopes)"
+
+  def bias_extremes(self, cfg, seq_len):
+    from pe_spectral import spectral
+    if cfg.causal or seq_len < 2:
+      return None
+    return spectral.alibi_extreme_eigs(seq_len, self.slopes(cfg))
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
+    return -self.slopes(cfg)[:, None] * k
+
+
+class Kerple(PositionalEncoding):
+  toeplitz_label = "KERPLE bias"
+
+  def __init__(self, kind: str):
+    self.kind = kind
+    self.name = f"kerple_{kind}"
+    self.description = ("KERPLE (log): -r1_h log(1 + r2_h |i-j|), r1, r2 > 0 learned"
+                        if kind == "log" else
+                        "KERPLE (power): -r1_h |i-j|^r2_h, r1 > 0, 0 < r2 <= 2 learned")
+
+  def layer_params(self, cfg, next_key):
+    # unconstrained; r1 = softplus -> 1 and r2 -> 1 at init for every head
+    one = _inv_softplus(1.0)
+    return {"kerple_r1": jnp.full((cfg.num_heads,), one),
+            "kerple_r2": jnp.full((cfg.num_heads,), one if self.kind == "log" else 0.0)}
+
+  def _r(self, params):
+    return P.kerple_params(params["kerple_r1"], params["kerple_r2"], kind=self.kind)
+
+  def bias(self, cfg, params, seq_len):
+    return P.kerple_bias(seq_len, *self._r(params), kind=self.kind)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    return P.kerple_coeffs(seq_len, *self._r(params), kind=self.kind)
+
+
+class Fire(PositionalEncoding):
+  name = "fire"
+  description = ("FIRE: f_θ(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx+1), per-layer MLP, "
+                 "learned c and L")
+  options = ("fire_hidden",)
+  toeplitz_label = "FIRE bias (Toeplitz while n - 1 <= L)"
+
+  def layer_params(self, cfg, next_key):
+    # The threshold starts at the training length: every training query shares
+    # one normaliser (Toeplitz), longer ones are interpolated.
+    return P.fire_init(next_key(), cfg.num_heads, hidden=cfg.fire_hidden or 32,
+                       threshold=float(cfg.max_len), c=0.1)
+
+  def bias(self, cfg, params, seq_len):
+    return P.fire_bias(params, seq_len, causal=cfg.causal)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    if cfg.causal:
+      return None
+    try:
+      _, L = P.fire_constants(params)
+      if float(jnp.min(L)) < seq_len - 1:
+        return None  # queries beyond L have their own normaliser: not Toeplitz
+    except jax.errors.ConcretizationTypeError:
+      pass  # traced: the caller vouches for the regime (docstring of fire_coeffs)
+    return P.fire_coeffs(params, seq_len)
+
+
+class Rotary(PositionalEncoding):
+  """RoPE on ``rotary_heads`` heads (all of them unless partial)."""
+  toeplitz_label = "Re of one frequency's phase matrix (θ_1)"
+
+  def __init__(self, name: str, description: str, *, partial: bool = False,
+               fraction_option: bool = False, input_sinusoid: bool = False):
+    self.name = name
+    self.description = description
+    self.partial = partial
+    self.fraction_option = fraction_option
+    self.input_sinusoid = input_sinusoid
+    self.options = ("rope_fraction",) if fraction_option else ()
+
+  def validate(self, cfg):
+    if self.partial and not 0 <= cfg.rope_heads <= cfg.num_heads:
+      raise ValueError(f"rope_heads must be in [0, num_heads={cfg.num_heads}], got "
+                       f"{cfg.rope_heads}")
+    if cfg.head_dim % 2:
+      raise ValueError(f"rotary PE {self.name!r} needs an even head_dim; "
+                       f"d_model/num_heads = {cfg.head_dim}")
+    if self.fraction_option and cfg.rope_fraction is not None \
+        and not 0.0 <= cfg.rope_fraction <= 1.0:
+      raise ValueError(f"rope_fraction must be in [0, 1], got {cfg.rope_fraction}")
+
+  def fraction(self, cfg) -> Optional[float]:
+    """p-RoPE's share of rotating pairs (default 0.75); None = every pair."""
+    if not self.fraction_option:
+      return None
+    return 0.75 if cfg.rope_fraction is None else cfg.rope_fraction
+
+  def qk_transform(self, cfg):
+    return P.Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec,
+                      fraction=self.fraction(cfg))
+
+  def rotary_heads(self, cfg):
+    return cfg.rope_heads if self.partial else cfg.num_heads
+
+  @property
+  def kinds(self):
+    return ("input", "rotary") if self.input_sinusoid else ("rotary",)
+
+  def run_label(self, model):
+    return f"{self.name} (k={model.get('rope_heads')})" if self.partial else self.name
+
+  def input_table(self, cfg, params, seq_len):
+    if self.input_sinusoid:
+      return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+    return None
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    freqs = self.rotary_frequencies(cfg)
+    if freqs is None or len(freqs) < 2:
+      return None
+    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+    return jnp.cos(k * float(freqs[1]))[None]
+
+
+class XPosEncoding(Rotary):
+  """xPos: RoPE with a per-pair exponential scale (queries ζ^n, keys ζ^-m)."""
+
+  def __init__(self):
+    super().__init__("xpos", "xPos: RoPE with per-pair decay ζ_i^((n-m)/scale_base) "
+                     "(one-sided: keys ahead are amplified in bidirectional attention)")
+    self.options = ("xpos_gamma", "xpos_scale_base")
+    self.spectral_note = ("xPos' phase factors ζ^(n-m) e^{i(n-m)θ} are not unit-modulus: "
+                          "no Schur contraction, and no Hadamard form is checked")
+
+  def qk_transform(self, cfg):
+    return P.XPos(base=cfg.rope_base,
+                  gamma=0.4 if cfg.xpos_gamma is None else cfg.xpos_gamma,
+                  scale_base=512.0 if cfg.xpos_scale_base is None else cfg.xpos_scale_base,
+                  scaling=cfg.rope_scaling_spec)
+
+  def validate(self, cfg):
+    super().validate(cfg)
+    if cfg.xpos_gamma is not None and not (math.isfinite(cfg.xpos_gamma) and cfg.xpos_gamma > 0):
+      raise ValueError(f"xpos_gamma must be a finite number > 0, got {cfg.xpos_gamma}")
+    if cfg.xpos_scale_base is not None and not (math.isfinite(cfg.xpos_scale_base)
+                                                and cfg.xpos_scale_base > 0):
+      raise ValueError(f"xpos_scale_base must be a finite number > 0, got "
+                       f"{cfg.xpos_scale_base}")
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    return None
+
+
+class MLA(PositionalEncoding):
+  name = "mla"
+  description = "DeepSeek-style multi-head latent attention with decoupled RoPE"
+  latent_attention = True
+  kinds = ("rotary",)
+  toeplitz_label = "Re of one frequency's phase matrix (θ_1) of the rotary channel"
+
+  def validate(self, cfg):
+    if cfg.mla_latent_dim <= 0 or cfg.mla_rope_dim <= 0:
+      raise ValueError(f"MLA latent dims must be > 0, got mla_latent_dim="
+                       f"{cfg.mla_latent_dim}, mla_rope_dim={cfg.mla_rope_dim}")
+    if cfg.mla_rope_dim % 2:
+      raise ValueError(f"mla_rope_dim must be even, got {cfg.mla_rope_dim}")
+    if cfg.rope_scaling is not None and cfg.paper_rotary:
+      raise ValueError("rope_scaling does not apply to the paper's MLA transform "
+                       "(it is not a rotation)")
+
+  def input_params(self, cfg, next_key, std):
+    # the paper's MLA model has a zero-initialised learned absolute table
+    if cfg.faithful:
+      return {"pos_table": jnp.zeros((cfg.max_len, cfg.d_model))}
+    return {}
+
+  def input_table(self, cfg, params, seq_len):
+    if "pos_table" not in params:
+      return None
+    return Learned.input_table(self, cfg, params, seq_len)
+
+  def qk_transform(self, cfg):
+    if cfg.paper_rotary:
+      return P.PaperMLARotation(base=cfg.rope_base)
+    return P.Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec)
+
+  toeplitz_coeffs = Rotary.toeplitz_coeffs
+
+
+for _enc in (
+    NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
+    Rotary("rope", "rotary on all heads, interleaved pairs"),
+    Rotary("partial_rope", "rotary on the first rope_heads heads only", partial=True),
+    Rotary("rope_sinusoidal", "input sinusoid + rotary (what the paper's code calls rope)",
+           input_sinusoid=True),
+    Kerple("log"), Kerple("power"),
+    Rotary("p_rope", "p-RoPE: rotary on the highest rope_fraction of the frequency "
+           "pairs, the rest unrotated", fraction_option=True),
+    MLA(), Fire(), XPosEncoding(),
+):
+  register(_enc)
+del _enc
