@@ -24,7 +24,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/).")
+flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "
+                    "comma list of them (analysed one after another in one process).")
 flags.DEFINE_enum("mode", "single", ["single", "keep_only"],
                   "single: knock out one head; keep_only: knock out all others in its layer.")
 flags.DEFINE_enum("split", "test", ["test", "all"],
@@ -51,22 +52,27 @@ def output_name(mode: str, leak: bool, split: str) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from experiments import configs
-  wd = FLAGS.workdir
-  if (err := configs.workdir_error(wd)) is not None:
-    print(f"error: {err}", file=sys.stderr)
-    return 2
+  from pe_spectral import config as configs
+  wds = [w.strip() for w in (FLAGS.workdir or "").split(",") if w.strip()] or [FLAGS.workdir]
+  for wd in wds:
+    if (err := configs.workdir_error(wd)) is not None:
+      print(f"error: {err}", file=sys.stderr)
+      return 2
   if FLAGS.leak and FLAGS.mode != "single":
     print("error: --leak only applies to --mode=single", file=sys.stderr)
     return 2
   if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
     print("error: --mask_chunk must be >= 1", file=sys.stderr)
     return 2
+  return max(analyse(wd) for wd in wds)
+
+
+def analyse(wd: str) -> int:
+  """Analyses one workdir; 0, or 2 after a one-line error."""
   from pe_spectral import ablation, plotting, runner, stats
   t0 = time.time()
   try:
-    config, rc, trainer, states, data, step = runner.load_run(
-        wd, configs.RunConfig.from_dict)
+    config, rc, trainer, states, data, step = runner.load_run(wd)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

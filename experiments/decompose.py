@@ -25,25 +25,31 @@ from absl import app, flags, logging  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/).")
+flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "
+                    "comma list of them (analysed one after another in one process).")
 flags.DEFINE_integer("examples", 64, "Test examples to decompose.")
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from experiments import configs
-  wd = FLAGS.workdir
-  if (err := configs.workdir_error(wd)) is not None:
-    print(f"error: {err}", file=sys.stderr)
-    return 2
+  from pe_spectral import config as configs
+  wds = [w.strip() for w in (FLAGS.workdir or "").split(",") if w.strip()] or [FLAGS.workdir]
+  for wd in wds:
+    if (err := configs.workdir_error(wd)) is not None:
+      print(f"error: {err}", file=sys.stderr)
+      return 2
   if FLAGS.examples < 1:
     print("error: --examples must be >= 1", file=sys.stderr)
     return 2
+  return max(analyse(wd) for wd in wds)
+
+
+def analyse(wd: str) -> int:
+  """Analyses one workdir; 0, or 2 after a one-line error."""
   from pe_spectral import decompose, plotting, runner
   try:
-    config, rc, trainer, states, data, step = runner.load_run(
-        wd, configs.RunConfig.from_dict)
+    config, rc, trainer, states, data, step = runner.load_run(wd)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

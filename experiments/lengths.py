@@ -129,11 +129,9 @@ def predictions(cfg, params, n: int, train_len: int) -> dict:
 def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
                      rope_scaling: str, log=print) -> dict:
   """The ``lengths.json`` dict of one workdir (see module docstring)."""
-  from experiments import configs
   from pe_spectral import runner, stats, tasks
   from pe_spectral.train import Trainer, seed_mesh
-  config, rc, trainer, states, data, step = runner.load_run(
-      wd, configs.RunConfig.from_dict)
+  config, rc, trainer, states, data, step = runner.load_run(wd)
   if shift and rc.model.faithful:
     raise ValueError("--shift needs a clean run: faithful models do not mask "
                      "padding, so pad tokens would change the content")
@@ -186,7 +184,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  from experiments import configs
+  from pe_spectral import config as configs
   if not FLAGS.workdir:
     print("error: --workdir is required (one or more finished sweep workdirs)",
           file=sys.stderr)

@@ -97,7 +97,7 @@ def _label(r) -> str:
 
 def _budget(r) -> str:
   """`` (batch B, N steps)`` when a run overrode its preset's training budget, else ``""``."""
-  from experiments import configs
+  from pe_spectral import config as configs
   train = r.get("config", {}).get("run", {}).get("train")
   if not train or r["preset"] not in configs.PRESET_NAMES:
     return ""
@@ -397,7 +397,7 @@ def _deposit_verdict(rows, ref_pe) -> str:
 def chance_and_ceiling(task, preset, ceil):
   """``(classes, chance %, ceiling % or None, permutation-invariant ceiling % or
   None)`` of a preset's data (Task 1 ceilings from ``ceil``, Task 2: 100 %)."""
-  from experiments import configs
+  from pe_spectral import config as configs
   n = configs.build(preset, task, "nope").task.num_labels
   if task == "count":
     return n, 100 / n, 100.0, None
@@ -492,7 +492,7 @@ def study_table(runs, task, ceil=None) -> list[str]:
 
 def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
   """(label, accuracy %) for chance and the ceilings of the presets' data."""
-  from experiments import configs
+  from pe_spectral import config as configs
   rows, seen = [], set()
   for p in sorted({r["preset"] for r in runs if r["task"] == task}):
     t = configs.build(p, task, "nope").task
@@ -632,7 +632,7 @@ def compute_line(runs) -> str:
 def _ceilings(runs, n_examples) -> dict:
   """{preset: (Bayes %, ambiguous %, permutation-invariant %, n)} for the Task 1
   presets present; presets that generate the same data share one computation."""
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import ceilings, tasks
   out, by_data = {}, {}
   for p in sorted({r["preset"] for r in runs if r["task"] == "distance"}):

@@ -40,7 +40,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pe_spectral import encodings, spectral as S  # noqa: E402
-from pe_spectral.model import PRESETS, ModelConfig  # noqa: E402
+from pe_spectral.config import MODEL_PRESETS as PRESETS  # noqa: E402
+from pe_spectral.model import ModelConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "all", "Comma list of registered PEs, or 'all': "

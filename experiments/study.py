@@ -225,7 +225,7 @@ def main(argv):
   plan = sorted((e for e in PLAN if e.priority <= FLAGS.priority_max),
                 key=lambda e: e.priority)
   if FLAGS.preset:
-    from experiments import configs
+    from pe_spectral import config as configs
     if FLAGS.preset not in configs.PRESET_NAMES:
       print(f"error: unknown --preset {FLAGS.preset!r}", file=sys.stderr)
       return 2

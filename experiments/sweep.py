@@ -25,7 +25,7 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 
 from absl import app, flags, logging  # noqa: E402
 
-from experiments import configs  # noqa: E402
+from pe_spectral import config as configs  # noqa: E402
 from pe_spectral import encodings  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -257,6 +257,7 @@ class Relative(PositionalEncoding):
 class Alibi(PositionalEncoding):
   name = "alibi"
   description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
+  options = ("alibi_slopes",)
   toeplitz_label = "symmetric ALiBi bias"
 
   def slopes(self, cfg) -> jax.Array:

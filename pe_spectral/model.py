@@ -39,7 +39,7 @@ from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
                                    dropout, torch_linear)
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
-           "PRESETS", "PAD_ID"]
+           "PAD_ID"]
 
 PAD_ID = 0
 
@@ -233,14 +233,8 @@ class ModelConfig:
 
 
 # ModelConfig fields that belong to one PE (its ``options``).
-PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base")
-
-# Named sizes; a preset's task decides num_classes / vocab_size.
-PRESETS = {  # the same sizes as experiments/configs.py's presets (tested)
-    "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
-    "cpu": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=48),
-    "smoke": dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=24),
-}
+PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base",
+              "alibi_slopes")
 
 
 class _Block(nnx.Module):

@@ -516,8 +516,8 @@ def fire_bias(params: dict, seq_len: int, *, causal: bool = False) -> jax.Array:
   diff = pos[:, None] - pos[None, :]
   dist = jnp.where(diff >= 0, diff, 0.0) if causal else jnp.abs(diff)
   norm = fire_psi(jnp.maximum(L, pos), c)[:, None]
-  out = _fire_mlp(params, fire_psi(dist, c) / norm)  # [seq, seq, heads]
-  return jnp.moveaxis(out, -1, 0)
+  out = jnp.moveaxis(_fire_mlp(params, fire_psi(dist, c) / norm), -1, 0)  # [heads, seq, seq]
+  return jnp.where(diff >= 0, out, 0.0) if causal else out
 
 
 def fire_coeffs(params: dict, seq_len: int) -> jax.Array:

@@ -156,7 +156,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         seed_group: Optional[int] = None,
         should_stop: Optional[Callable[[], bool]] = None,
         notify: Callable[[str], None] = _notify_stderr) -> dict:
-  """Trains ``len(seeds)`` models of ``rc`` (an ``experiments.configs.RunConfig``).
+  """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.config.RunConfig`).
 
   Args:
     rc: model/task/train configuration.
@@ -368,19 +368,18 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
   return summary
 
 
-def load_run(workdir: str, run_config_from_dict,
-             notify: Callable[[str], None] = _notify_stderr):
+def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr):
   """Reloads a trained run: ``(config dict, rc, trainer, states, data, step)``.
 
-  ``run_config_from_dict`` rebuilds the run config (``RunConfig.from_dict``);
-  the dataset is regenerated from its ``data_seed`` (deterministic), the
+  The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is regenerated from its ``data_seed`` (deterministic), the
   state restored from the newest checkpoint that verifies (shapes, finite,
   checksum; ``Checkpointer.restore_verified``). A skipped newer checkpoint is
   reported through ``notify``; with none usable, :class:`CheckpointError`.
   """
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
-  rc = run_config_from_dict(config["run"])
+  from pe_spectral.config import RunConfig
+  rc = RunConfig.from_dict(config["run"])
   data = tasks.generate(rc.task)
   seeds = config["seeds"]
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],

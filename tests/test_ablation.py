@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import configs
+from pe_spectral import config as configs
 from pe_spectral import ablation, tasks, train
 
 

@@ -146,7 +146,7 @@ def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
   gradient with the speed layer (custom VJPs, fast dropout bits) equal the
   plain path's, dropout included; forward-mode AD, which the custom VJPs do not
   support, works through the reference path."""
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import speed, tasks, train
   rc = configs.build("smoke", "distance", "rope", steps=2)
   data = tasks.generate(rc.task, num_examples=64)

@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from pe_spectral import decompose as D
-from pe_spectral.model import PRESETS, ModelConfig, init_model
+from pe_spectral.config import MODEL_PRESETS as PRESETS
+from pe_spectral.model import ModelConfig, init_model
 
 TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, dropout=0.0)
 

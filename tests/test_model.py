@@ -6,7 +6,8 @@ from flax import nnx
 
 from pe_spectral import encodings, positional as P
 from pe_spectral.attention import MultiHeadAttention
-from pe_spectral.model import PRESETS, ModelConfig, apply_model, init_model
+from pe_spectral.config import MODEL_PRESETS as PRESETS
+from pe_spectral.model import ModelConfig, apply_model, init_model
 
 TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, mla_latent_dim=8,
             mla_rope_dim=4)

@@ -114,7 +114,7 @@ def test_restore_verified_rejects_non_finite_and_wrong_shapes(tmp_path):
 
 
 def _smoke():
-  from experiments import configs
+  from pe_spectral import config as configs
   return configs.build("smoke", "distance", "rope", steps=24)  # conftest.SWEEP_COMMON
 
 

@@ -73,7 +73,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   _fixture_run(runs, T1, "mla-deposit", "mla", [0.98] * 3, preset="deposit",
                ablation=_deposit(3, 0.20, 0.10))
   # a run with an overridden budget is shown but not used for a claim
-  from experiments import configs
+  from pe_spectral import config as configs
   train = dict(configs.train_settings("study", "rope", False), batch_size=64, epochs=8)
   _fixture_run(runs, T1, "rope-long", "rope", [0.10, 0.10, 0.10],
                config={"run": {"train": train}})

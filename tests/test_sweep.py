@@ -131,7 +131,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   import jax.numpy as jnp
   import numpy as np
 
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import runner
   from pe_spectral.checkpoint import Checkpointer
   from pe_spectral.train import Trainer

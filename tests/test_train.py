@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import configs
+from pe_spectral import config as configs
 from pe_spectral import tasks, train
 
 
@@ -147,7 +147,7 @@ def test_one_compiled_program_for_all_seeds_and_chunks():
 _SHARD_SCRIPT = r"""
 import json, sys
 import jax
-from experiments import configs
+from pe_spectral import config as configs
 from pe_spectral import tasks, train
 rc = configs.build("smoke", "distance", "rope", steps=10)
 data = tasks.generate(rc.task)
@@ -212,12 +212,3 @@ def test_train_settings_faithful_optimiser_and_mla_ratio():
   assert configs.train_settings("paper", "mla", False)["epochs"] == 100
   with pytest.raises(ValueError, match="unknown preset"):
     configs.train_settings("huge", "rope", False)
-
-
-def test_model_presets_agree_with_the_cli_presets():
-  """model.PRESETS (used by tests and notebooks) and the CLI's presets give the
-  same sizes, so a test exercises the model a user trains."""
-  from pe_spectral.model import PRESETS
-  for name, sizes in PRESETS.items():
-    m = configs.build(name, "distance", "rope").model
-    assert {k: getattr(m, k) for k in sizes} == sizes, name

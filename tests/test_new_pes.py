@@ -1,0 +1,185 @@
+"""The PEs added after the paper's set, end to end on the smoke preset, and a toy
+PE registered inside a test: adding a PE is one object, nothing else."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import config, encodings, positional as P, runner
+from pe_spectral.model import ModelConfig, apply_model, init_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# kerple_log is the same class as kerple_power (covered by the oracle tests)
+NEW_PES = ("fire", "xpos", "kerple_power", "p_rope")
+
+
+def _cli(module, *args, cwd):
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                       text=True, cwd=cwd, env=env)
+  assert out.returncode == 0, f"{module} {args}:\n{out.stderr[-3000:]}"
+  return out
+
+
+def test_new_pes_sweep_ablate_decompose_report(tmp_path):
+  """One process per CLI, every new PE through it: sweep (default workdirs),
+  ablate and decompose (a comma list of workdirs), then the report."""
+  _cli("experiments.sweep", f"--pe={','.join(NEW_PES)}", "--preset=smoke", "--seeds=2",
+       "--steps=6", "--eval_every=6", cwd=tmp_path)
+  wds = [str(tmp_path / "runs" / "distance" / f"{pe}-smoke") for pe in NEW_PES]
+  _cli("experiments.ablate", f"--workdir={','.join(wds)}", cwd=tmp_path)
+  _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
+  for pe, wd in zip(NEW_PES, wds):
+    with open(os.path.join(wd, "ablation.json")) as f:
+      abl = json.load(f)
+    with open(os.path.join(wd, "decompose.json")) as f:
+      dec = json.load(f)
+    assert abl["pe"] == dec["pe"] == pe
+    assert np.asarray(abl["ablated"]).shape == (2, 2, 2)  # seeds, layers, heads
+    assert dec["additive_residual_max"] < 1e-4
+    # a Hadamard form is checked exactly where the transform is a rotation
+    assert (dec["hadamard_residual_max"] is not None) == (pe == "p_rope")
+  _cli("experiments.report", f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'R.md'}",
+       f"--figdir={tmp_path / 'fig'}", "--ceiling_examples=200", cwd=tmp_path)
+  text = (tmp_path / "R.md").read_text()
+  for pe in NEW_PES:
+    assert f"| {pe} |" in text
+
+
+class ToyDecay(encodings.PositionalEncoding):
+  """A PE defined in this test only: a fixed -0.5|i-j| bias on head 0."""
+  name = "toy_decay"
+  description = "test-only linear decay on head 0"
+
+  def bias(self, cfg, params, seq_len):
+    d = jnp.abs(jnp.arange(seq_len)[:, None] - jnp.arange(seq_len)[None, :])
+    return jnp.zeros((cfg.num_heads, seq_len, seq_len)).at[0].set(-0.5 * d)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
+    return jnp.stack([-0.5 * k] + [0 * k] * (cfg.num_heads - 1))
+
+
+@pytest.fixture
+def toy_pe():
+  encodings.register(ToyDecay())
+  try:
+    yield "toy_decay"
+  finally:
+    encodings.unregister("toy_decay")
+
+
+def test_a_toy_pe_registered_in_a_test_trains_on_the_smoke_preset(toy_pe, tmp_path):
+  rc = config.build("smoke", "distance", toy_pe, steps=6)
+  assert rc.model.encoding.kinds == ("bias",)
+  s = runner.run(rc, [0, 1], str(tmp_path / "run"), eval_every=3,
+                 notify=lambda m: None)
+  assert len(s["test_accuracy"]) == 2 and all(np.isfinite(s["test_accuracy"]))
+  # the bias reaches the logits: the same weights without it give other outputs
+  cfg = rc.model
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = jax.random.randint(jax.random.key(1), (2, 12), 1, cfg.vocab_size)
+  nope = ModelConfig(**{**cfg.to_dict(), "pe": "nope"})
+  g0, _ = init_model(nope, jax.random.key(0))
+  assert float(jnp.abs(apply_model(graphdef, params, ids)
+                       - apply_model(g0, params, ids)).max()) > 1e-4
+
+
+def test_registry_refuses_duplicates_and_bad_names():
+  with pytest.raises(ValueError, match="already registered"):
+    encodings.register(encodings.get("rope"))
+  bad = ToyDecay()
+  bad.name = "no spaces"
+  with pytest.raises(ValueError, match="identifier"):
+    encodings.register(bad)
+
+
+# ---------------------------------------------------------------------------
+# Golden tests of the new PEs' pure functions (oracles written here).
+# ---------------------------------------------------------------------------
+
+def _fire_params(key, heads=3, hidden=5, L=6.0, c=0.3):
+  p = P.fire_init(key, heads, hidden=hidden, threshold=L, c=c)
+  # non-zero biases so every term of the MLP is exercised
+  p["fire_b1"] = 0.1 * jax.random.normal(jax.random.key(9), (hidden,))
+  p["fire_b2"] = 0.1 * jax.random.normal(jax.random.key(8), (heads,))
+  return p
+
+
+def _fire_oracle(p, n, causal):
+  sp = lambda x: np.log1p(np.exp(np.float64(x)))
+  c, L = sp(p["fire_c"]), sp(p["fire_threshold"])
+  w1, b1 = np.float64(p["fire_w1"]), np.float64(p["fire_b1"])
+  w2, b2 = np.float64(p["fire_w2"]), np.float64(p["fire_b2"])
+  out = np.zeros((w2.shape[1], n, n))
+  for i in range(n):
+    for j in range(n):
+      if causal and j > i:
+        continue
+      dist = (i - j) if causal else abs(i - j)
+      u = np.log(c * dist + 1) / np.log(c * max(L, i) + 1)
+      out[:, i, j] = np.maximum(u * w1 + b1, 0) @ w2 + b2
+  return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fire_bias_matches_loop_oracle(causal):
+  p = _fire_params(jax.random.key(0))
+  got = P.fire_bias(p, 11, causal=causal)  # 11 > L + 1: the interpolating regime too
+  np.testing.assert_allclose(got, _fire_oracle(p, 11, causal), atol=1e-5, rtol=1e-5)
+  assert float(jnp.abs(got).max()) > 1e-3
+
+
+def test_fire_coeffs_are_the_bias_while_toeplitz_and_the_hook_says_when_not():
+  p = _fire_params(jax.random.key(1), L=9.0)
+  n = 10  # n - 1 <= L: every query shares the normaliser
+  bias = np.asarray(P.fire_bias(p, n))
+  coeffs = np.asarray(P.fire_coeffs(p, n))
+  for h in range(bias.shape[0]):
+    for i in range(n):
+      for j in range(n):
+        assert abs(bias[h, i, j] - coeffs[h, j - i + n - 1]) < 1e-5
+  cfg = ModelConfig(pe="fire", d_model=12, num_heads=3, max_len=32)
+  enc = encodings.get("fire")
+  assert enc.toeplitz_coeffs(cfg, p, n) is not None
+  assert enc.toeplitz_coeffs(cfg, p, 14) is None  # beyond L + 1: not Toeplitz
+
+
+def test_xpos_scale_closed_form_and_relative_logits():
+  d, pos = 8, np.arange(7)
+  got = np.asarray(P.xpos_scale(pos, d, gamma=0.4, scale_base=16.0))
+  for n in pos:
+    for i in range(d // 2):
+      zeta = (2 * i / d + 0.4) / 1.4
+      assert abs(got[n, i] - zeta ** (n / 16.0)) < 1e-6
+  np.testing.assert_allclose(P.xpos_scale(jnp.asarray(pos), d, scale_base=16.0),
+                             P.xpos_scale(pos, d, scale_base=16.0), rtol=1e-6)
+  # logits depend on positions only through n - m: shifting both changes nothing
+  t = P.XPos(scale_base=16.0)
+  q, k = jax.random.normal(jax.random.key(0), (2, 7, d))
+  def logits(shift):
+    qq, kk = t(q, k, np.arange(7) + shift)
+    return qq @ kk.T
+  np.testing.assert_allclose(logits(0), logits(5), atol=1e-4, rtol=1e-4)
+  # and with the scale removed (gamma -> huge makes ζ -> 1) it is RoPE
+  plain = P.XPos(gamma=1e9)(q, k, np.arange(7))
+  rope = P.Rotation()(q, k, np.arange(7))
+  np.testing.assert_allclose(plain[0], rope[0], atol=1e-5)
+
+
+def test_xpos_decays_keys_behind_and_amplifies_keys_ahead():
+  """The one-sided decay in bidirectional attention: pair 0's query scale at
+  position 4 times the key scale at 0 (behind) is ζ_0 < 1, at 8 (ahead) 1/ζ_0 > 1."""
+  d = 8
+  x = jnp.zeros((9, d)).at[:, 0].set(1.0)  # only pair 0 is non-zero
+  qq, kk = P.XPos(scale_base=4.0)(x, x, np.arange(9))
+  norm = lambda v: float(np.linalg.norm(np.asarray(v[:2])))  # rotation keeps the norm
+  zeta0 = 0.4 / 1.4
+  assert abs(norm(qq[4]) - zeta0) < 1e-5                    # ζ_0^(4/4)
+  assert abs(norm(qq[4]) * norm(kk[0]) - zeta0) < 1e-5      # key behind: decayed
+  assert abs(norm(qq[4]) * norm(kk[8]) - 1 / zeta0) < 1e-4  # key ahead: amplified
