@@ -91,7 +91,7 @@ def matmul_peak(n=2048, reps=5) -> float:
 
 
 def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=1):
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import tasks, train
   rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch)
   task = rc.task.replace(num_examples=max(4 * batch * (steps + 2), 2000))
@@ -152,7 +152,7 @@ def overhead_fit(log, batches, steps=20, preset="cpu", pe="rope"):
   so (t0 + c*B) / (c*B) bounds its per-seed gain over sequential runs at batch
   B on this machine, whatever the implementation (same per-example work).
   """
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import tasks, train
   times = []
   for b in batches:
@@ -184,7 +184,7 @@ def torch_row(preset, pe, steps, batch, log, reps=1):
     from benchmarks import torch_baseline
   except ImportError:
     return None
-  from experiments import configs
+  from pe_spectral import config as configs
   rc = configs.build(preset, "distance", pe, faithful=True)
   m = rc.model
   try:
@@ -200,7 +200,7 @@ def torch_row(preset, pe, steps, batch, log, reps=1):
 
 
 def ablation_rows(log, preset: str, seeds: int, examples: int):
-  from experiments import configs
+  from pe_spectral import config as configs
   from pe_spectral import ablation, tasks, train
   rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
@@ -241,7 +241,7 @@ def main(argv):
   res["matmul_peak_gflops"] = peak = matmul_peak()
   log(f"matmul peak (2048², float32): {peak:.1f} GFLOP/s")
   res["train"] = {}
-  from experiments import configs
+  from pe_spectral import config as configs
   runs = []
   for preset in [p for p in FLAGS.presets.split(",") if p]:
     steps = FLAGS.steps if preset != "paper" else FLAGS.paper_steps

@@ -175,7 +175,8 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
     log(f"[{os.path.relpath(wd)}] length {n} ({f:g}x): {msg}  ({time.time() - t0:.1f} s)")
   return {"workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
           "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
-          "rope_heads": rc.model.rope_heads if rc.model.pe == "partial_rope" else None,
+          "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
+                         else None),
           "seeds": seeds, "train_len": train_len, "rope_scaling": rope_scaling,
           "shift": shift, "lengths": rows}
 

@@ -87,7 +87,7 @@ def _int_list(text: str, name: str) -> list[int]:
 def default_workdir(task: str, pe: str, preset: str, faithful: bool,
                     rope_heads=None) -> str:
   name = pe
-  if pe == "partial_rope" and rope_heads is not None:
+  if rope_heads is not None:
     name += f"-k{rope_heads}"
   if faithful:
     name += "-faithful"
@@ -122,27 +122,29 @@ def plan_runs():
                                                and FLAGS.learning_rate > 0):
     raise UsageError(f"--learning_rate must be a finite number > 0, got {FLAGS.learning_rate}")
   heads = [None]
+  takes = lambda pe, option: option in encodings.get(pe).options  # the PE's own fields
+  for option in ("rope_heads", "alibi_slopes"):
+    if getattr(FLAGS, option) is not None and not any(takes(p, option) for p in pes):
+      owners = [p for p in encodings.names() if takes(p, option)]
+      raise UsageError(f"--{option} only applies to --pe={' or '.join(owners)}")
   if FLAGS.rope_heads is not None:
-    if "partial_rope" not in pes:
-      raise UsageError("--rope_heads only applies to --pe=partial_rope")
     heads = _int_list(FLAGS.rope_heads, "rope_heads")
-  if FLAGS.alibi_slopes is not None and "alibi" not in pes:
-    raise UsageError("--alibi_slopes only applies to --pe=alibi")
   runs = []
   for pe in pes:
-    for k in (heads if pe == "partial_rope" else [None]):
+    for k in (heads if takes(pe, "rope_heads") else [None]):
       try:
         rc = configs.build(FLAGS.preset, FLAGS.task, pe, faithful=FLAGS.faithful,
                            rope_heads=k, data_seed=FLAGS.data_seed,
                            epochs=FLAGS.epochs, steps=FLAGS.steps,
                            batch_size=FLAGS.batch_size,
                            learning_rate=FLAGS.learning_rate,
-                           alibi_slopes=FLAGS.alibi_slopes if pe == "alibi" else None)
+                           alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
+                           else None)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(
           FLAGS.task, pe, FLAGS.preset, FLAGS.faithful, rc.model.rope_heads
-          if pe == "partial_rope" else None)
+          if takes(pe, "rope_heads") else None)
       runs.append((rc, workdir))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "

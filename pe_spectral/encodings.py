@@ -51,8 +51,9 @@ class PositionalEncoding:
     name: the ``--pe`` name.
     description: one line for ``--help``, the README and reports.
     latent_attention: the model uses DeepSeek-style latent attention (MLA).
-    options: ``ModelConfig`` fields only this PE uses; setting one for another
-      PE is an error.
+    options: ``ModelConfig`` fields only this PE uses; setting one of the
+      optional ones (``model.PE_OPTIONS``) for another PE is an error, and the
+      sweep routes its flags (``--rope_heads``, ``--alibi_slopes``) by them.
     spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
   """
   name: str = ""
@@ -349,7 +350,8 @@ class Rotary(PositionalEncoding):
     self.partial = partial
     self.fraction_option = fraction_option
     self.input_sinusoid = input_sinusoid
-    self.options = ("rope_fraction",) if fraction_option else ()
+    self.options = (("rope_fraction",) if fraction_option else ()) + (
+        ("rope_heads",) if partial else ())
 
   def validate(self, cfg):
     if self.partial and not 0 <= cfg.rope_heads <= cfg.num_heads:

@@ -344,7 +344,8 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
   summary = {
       "pe": rc.model.pe, "task": rc.task.name, "preset": rc.preset,
       "faithful": rc.model.faithful,
-      "rope_heads": rc.model.rope_heads if rc.model.pe == "partial_rope" else None,
+      "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
+                     else None),
       "seeds": list(seeds), "steps": total,
       "test_accuracy": test.tolist(), "test_accuracy_mean": float(test.mean()),
       "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,
