@@ -274,9 +274,15 @@ class MultiHeadAttention(nnx.Module):
     return q, k
 
   def head_outputs(self, x_q, x_kv, *, positions, bias=None, mask=None,
-                   dropout_key=None):
-    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``)."""
+                   dropout_key=None, bias_fn=None):
+    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``).
+
+    ``bias_fn(q, k)`` adds a logit term computed from the queries and keys
+    (a contextual PE such as CoPE) to ``bias``."""
     q, k = self.project_qk(x_q, x_kv, positions)
+    if bias_fn is not None:
+      extra = bias_fn(q, k)
+      bias = extra if bias is None else bias + extra
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
                      dropout_key=dropout_key)

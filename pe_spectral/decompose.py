@@ -8,7 +8,8 @@ For a checkpoint and a batch of real inputs, per seed, layer and head:
   as ``h = h_c + h_p`` where ``h_c`` is what the layer sees when the model runs
   with its input positional table removed (the content-only counterpart) and
   ``h_p = h - h_c``; then ``L_θ0 = G_cc + G_cp + G_pc + G_pp + B`` exactly
-  (``B``: relative/ALiBi bias). For NoPE/bias-only models ``h_p = 0``;
+  (``B``: the additive bias -- relative, ALiBi, KERPLE, FIRE; for CoPE its
+  contextual term, which depends on the content). For NoPE/bias-only models ``h_p = 0``;
 * **rotary form** (every PE whose q/k transform is a rotation: RoPE, partial
   RoPE, p-RoPE, rope_sinusoidal, clean MLA's channel): the Hadamard form
   ``Re Σ_j (z_j w_j*) ∘ G_θj`` equals ``L``; the same layer's logits with the
@@ -80,6 +81,9 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   bias = block.bias(n)
   bias = jnp.zeros((h, n, n)) if bias is None else bias
   q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
+  if not cfg.is_mla and "contextual" in cfg.encoding.kinds:
+    # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
+    bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
   logits_theta0 = gram(q, k) + bias
   out = {"G_cc": gram(q_c, k_c), "G_cp": gram(q_c, k_p), "G_pc": gram(q_p, k_c),
          "G_pp": gram(q_p, k_p), "B": jnp.broadcast_to(bias, logits_theta0.shape),

@@ -9,6 +9,8 @@ this module switches on a PE's name:
   ``[heads, n, n]`` (relative, ALiBi, KERPLE, FIRE);
 * ``qk_transform`` / ``rotary_heads`` -- what is done to queries and keys, and
   on how many heads (RoPE, partial RoPE, p-RoPE, xPos, MLA's rotary channel);
+* ``content_bias`` -- a logit term computed from the layer's queries and keys
+  (CoPE's contextual positions); it has no Toeplitz form;
 * ``toeplitz_coeffs`` -- the Hermitian Toeplitz coefficients of the PE's
   position matrix (the bias's symmetric part, the input table's Gram, or one
   rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
@@ -75,6 +77,8 @@ class PositionalEncoding:
       out.append("bias")
     if cls.qk_transform is not base.qk_transform:
       out.append("rotary")
+    if cls.content_bias is not base.content_bias:
+      out.append("contextual")
     return tuple(out)
 
   def validate(self, cfg) -> None:
@@ -102,6 +106,11 @@ class PositionalEncoding:
   def bias_extremes(self, cfg, seq_len: int):
     """Exact ``(λ_min, λ_max)`` per head of the bias's symmetric part where a
     closed form exists, else None."""
+    return None
+
+  def content_bias(self, cfg, params: dict, q, k, mask) -> Optional[jax.Array]:
+    """A logit term ``[batch, heads, q, k]`` from the layer's (transformed)
+    queries/keys ``[batch, seq, heads, d]`` and its attention ``mask``, or None."""
     return None
 
   # --- q/k transform --------------------------------------------------------
@@ -462,6 +471,30 @@ class MLA(PositionalEncoding):
   toeplitz_coeffs = Rotary.toeplitz_coeffs
 
 
+class CoPE(PositionalEncoding):
+  name = "cope"
+  description = ("CoPE: q_i·e[p_ij] with contextual positions p_ij = gated counts "
+                 "σ(q·k) between key and query, interpolated e (per layer)")
+  options = ("cope_positions",)
+  spectral_note = ("CoPE's positions are gated counts of the content (σ(q·k)): the "
+                   "position term depends on the tokens, so it has no Toeplitz form")
+
+  def npos(self, cfg) -> int:
+    return cfg.cope_positions or cfg.max_len
+
+  def layer_params(self, cfg, next_key):
+    # zero, as the paper: a CoPE model starts as NoPE and learns its table
+    return {"cope_pos_emb": jnp.zeros((self.npos(cfg), cfg.head_dim))}
+
+  def validate(self, cfg):
+    if cfg.cope_positions is not None and cfg.cope_positions < 2:
+      raise ValueError(f"cope_positions must be >= 2, got {cfg.cope_positions}")
+
+  def content_bias(self, cfg, params, q, k, mask):
+    return P.cope_bias(q, k, params["cope_pos_emb"], scale=1.0 / math.sqrt(q.shape[-1]),
+                       mask=mask, causal=cfg.causal)
+
+
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
@@ -471,7 +504,7 @@ for _enc in (
     Kerple("log"), Kerple("power"),
     Rotary("p_rope", "p-RoPE: rotary on the highest rope_fraction of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
-    MLA(), Fire(), XPosEncoding(),
+    MLA(), Fire(), XPosEncoding(), CoPE(),
 ):
   register(_enc)
 del _enc

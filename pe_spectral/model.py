@@ -75,6 +75,8 @@ class ModelConfig:
     fire_hidden: FIRE's MLP width (``fire`` only; default 32).
     xpos_gamma, xpos_scale_base: xPos' ``γ`` (0.4) and scale base (512)
       (``xpos`` only).
+    cope_positions: CoPE's number of position embeddings (``cope`` only;
+      default ``max_len``; contextual positions are clipped below it).
     init_scheme: ``"torch"`` (PyTorch defaults, as the paper: embeddings and
       a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
       ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
@@ -108,6 +110,7 @@ class ModelConfig:
   fire_hidden: Optional[int] = None
   xpos_gamma: Optional[float] = None
   xpos_scale_base: Optional[float] = None
+  cope_positions: Optional[int] = None
 
   def __post_init__(self):
     enc = encodings.get(self.pe)  # unknown name -> lists valid names
@@ -234,7 +237,7 @@ class ModelConfig:
 
 # ModelConfig fields that belong to one PE (its ``options``).
 PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base",
-              "alibi_slopes")
+              "alibi_slopes", "cope_positions")
 
 
 class _Block(nnx.Module):
@@ -276,6 +279,10 @@ class _Block(nnx.Module):
     """Additive logit bias ``[heads, seq, seq]`` of this layer, or None."""
     return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
 
+  def content_bias(self, q, k, mask) -> Optional[jax.Array]:
+    """The PE's logit term from this layer's queries/keys (CoPE), or None."""
+    return self.cfg.encoding.content_bias(self.cfg, self.pe_params(), q, k, mask)
+
   def kv_input(self, h, e):
     """What keys/values are computed from: the normed residual ``h``, or the
     input embeddings ``e`` in faithful mode (the paper's quirk)."""
@@ -288,8 +295,11 @@ class _Block(nnx.Module):
     if self.cfg.is_mla:
       return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask,
                                     dropout_key=key)
+    bias_fn = None
+    if "contextual" in self.cfg.encoding.kinds:
+      bias_fn = lambda q, k: self.content_bias(q, k, mask)
     return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
-                                  mask=mask, dropout_key=key)
+                                  mask=mask, dropout_key=key, bias_fn=bias_fn)
 
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)

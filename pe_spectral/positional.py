@@ -29,6 +29,7 @@ __all__ = [
     "kerple_bias", "kerple_coeffs", "kerple_params",
     "Rotation", "PaperMLARotation", "paper_mla_rotary", "xpos_scale", "XPos",
     "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
+    "cope_positions", "cope_bias",
 ]
 
 
@@ -527,3 +528,57 @@ def fire_coeffs(params: dict, seq_len: int) -> jax.Array:
   c, L = fire_constants(params)
   k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
   return _fire_mlp(params, fire_psi(k, c) / fire_psi(L, c)).T
+
+
+# ----------------------------------------------------------------------------
+# CoPE (Golovneva et al. 2024, arXiv 2405.18719): contextual positions.
+# ----------------------------------------------------------------------------
+
+def cope_positions(gates: jax.Array, *, causal: bool = False) -> jax.Array:
+  """Contextual positions ``p[..., i, j]``: the gated count of tokens from key
+  ``j`` to query ``i``, both included, from gates ``[..., q, k]`` in [0, 1].
+
+  Causal (the paper): ``p_ij = Σ_{t=j}^{i} g_it`` for ``j <= i``, 0 above the
+  diagonal. Bidirectional (this classifier's default): the count runs over
+  the tokens between the two, whichever comes first,
+  ``p_ij = Σ_{t=min(i,j)}^{max(i,j)} g_it``. With every gate 1 this is
+  ``|i - j| + 1``: CoPE then sees plain relative positions.
+  """
+  c = jnp.cumsum(gates, axis=-1)                       # C[i, t] = Σ_{u<=t} g_iu
+  c_ii = jnp.diagonal(c, axis1=-2, axis2=-1)[..., :, None]
+  g_ii = jnp.diagonal(gates, axis1=-2, axis2=-1)[..., :, None]
+  n = gates.shape[-1]
+  behind = jnp.arange(n)[None, :] <= jnp.arange(gates.shape[-2])[:, None]
+  before = c_ii - c + gates                             # Σ_{t=j}^{i}, j <= i
+  if causal:
+    return jnp.where(behind, before, 0.0)
+  after = c - c_ii + g_ii                               # Σ_{t=i}^{j}, j >= i
+  return jnp.where(behind, before, after)
+
+
+def cope_bias(q: jax.Array, k: jax.Array, pos_emb: jax.Array, *,
+              scale: float, mask: Optional[jax.Array] = None,
+              causal: bool = False) -> jax.Array:
+  """CoPE's logit term ``[batch, heads, q, k]`` for q/k ``[batch, seq, heads, d]``.
+
+  Gates ``g_ij = σ(q_i·k_j · scale)`` (0 for masked keys), contextual positions
+  :func:`cope_positions` clipped to ``[0, npos - 1]``, and the term
+  ``q_i · e[p_ij]`` with ``e`` = ``pos_emb [npos, d]`` linearly interpolated
+  between the integer positions around ``p_ij`` (the paper computes
+  ``z_i[p] = q_i·e[p]`` for integer ``p`` first, as here). It depends on the
+  content through the gates: there is no Toeplitz form.
+  """
+  npos = pos_emb.shape[0]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+  gates = jax.nn.sigmoid(logits)
+  if mask is not None:
+    gates = jnp.where(mask, gates, 0.0)
+  p = jnp.clip(cope_positions(gates, causal=causal), 0.0, npos - 1)
+  z = jnp.einsum("bqhd,pd->bhqp", q, pos_emb)              # [b, h, q, npos]
+  lo = jnp.floor(p)
+  w = p - lo
+  lo = lo.astype(jnp.int32)
+  hi = jnp.minimum(lo + 1, npos - 1)
+  z_lo = jnp.take_along_axis(z, lo, axis=-1)
+  z_hi = jnp.take_along_axis(z, hi, axis=-1)
+  return w * z_hi + (1.0 - w) * z_lo

@@ -61,6 +61,18 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
     for i in range(n):
       for j in range(n):
         out[:, head, i, j] = (q[:, i, head] * k[:, j, head]).sum(-1) / np.sqrt(d)
+  if cfg.pe == "cope":  # Golovneva et al.: q_i·e[p_ij], p_ij = Σ σ(q_i·k_t/√d) between j and i
+    emb = _np(blk["cope_pos_emb"])
+    gates = 1 / (1 + np.exp(-out.copy()))
+    for head in range(H):
+      for i in range(n):
+        for j in range(n):
+          lo_t, hi_t = min(i, j), max(i, j)
+          p_ij = np.clip(gates[:, head, i, lo_t:hi_t + 1].sum(-1), 0, len(emb) - 1)
+          f = np.floor(p_ij).astype(int)
+          c = np.minimum(f + 1, len(emb) - 1)
+          z = lambda idx: (q[:, i, head] * emb[idx]).sum(-1)
+          out[:, head, i, j] += (p_ij - f) * z(c) + (1 - (p_ij - f)) * z(f)
   if cfg.pe == "alibi":
     slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
               else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
@@ -98,7 +110,7 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
 ORACLE_PES = [(pe, False) for pe in ("nope", "sinusoidal", "learned", "alibi",
                                       "relative", "rope", "rope_sinusoidal",
                                       "partial_rope", "kerple_log", "kerple_power",
-                                      "p_rope", "fire", "xpos")]
+                                      "p_rope", "fire", "xpos", "cope")]
 ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal")]
 
 
@@ -110,6 +122,9 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
   from pe_spectral import attention
   cfg = ModelConfig(pe=pe, faithful=faithful, rope_heads=1, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
+  if pe == "cope":  # its table starts at zero (the paper): give the term something to do
+    for l, blk in params["blocks"].items():
+      blk["cope_pos_emb"] = jax.random.normal(jax.random.key(7 + l), blk["cope_pos_emb"].shape)
   ids = _ids(full=True)
   model = nnx.merge(graphdef, params)
   _, e, xs = model.forward(ids)
@@ -131,7 +146,8 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
     want0 = _oracle_logits(params, cfg, xs[layer], e, layer, rotate=False)
     np.testing.assert_allclose(t["logits_theta0"], want0, atol=2e-5, rtol=1e-5)
     # content-only counterpart: the same oracle on the content stream, no bias
-    plain = dataclasses.replace(cfg, pe="nope") if "bias" in cfg.encoding.kinds else cfg
+    additive = {"bias", "contextual"} & set(cfg.encoding.kinds)
+    plain = dataclasses.replace(cfg, pe="nope") if additive else cfg
     g_cc = _oracle_logits(params, plain, xs_c[layer], e_c, layer, rotate=False)
     np.testing.assert_allclose(t["G_cc"], g_cc, atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"],
@@ -208,7 +224,7 @@ def test_summary_measures_match_numpy():
 def test_mla_terms(faithful):
   """MLA: terms sum to L; the channels split L - B; the Hadamard form (true
   rotation only) equals L; θ = 0 equals the model run at position 0 everywhere."""
-  cfg = ModelConfig(pe="mla", faithful=faithful, mla_latent_dim=8, mla_rope_dim=4, **TINY)
+  cfg = ModelConfig(pe="mla", faithful=faithful, **{**TINY, "mla_latent_dim": 8, "mla_rope_dim": 4})
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = _ids()
   model = nnx.merge(graphdef, params)

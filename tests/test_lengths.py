@@ -139,7 +139,7 @@ def test_learned_table_is_never_clamped_beyond_its_length():
   """JAX clamps out-of-range gathers silently; a learned position table asked
   for more positions than it has must raise instead."""
   from pe_spectral.config import MODEL_PRESETS as PRESETS
-from pe_spectral.model import ModelConfig, apply_model, init_model
+  from pe_spectral.model import ModelConfig, apply_model, init_model
   cfg = ModelConfig(pe="learned", **dict(PRESETS["smoke"], vocab_size=11, num_classes=3))
   graphdef, params = init_model(cfg, jax.random.key(0))
   apply_model(graphdef, params, jnp.ones((1, cfg.max_len), jnp.int32))

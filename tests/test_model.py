@@ -179,6 +179,13 @@ def test_learned_table_too_short_raises():
     (dict(pe="mla", mla_rope_dim=-2), "latent dims"),
     (dict(num_layers=0), "num_layers"),
     (dict(pe="alibi", alibi_slopes="steep"), "alibi_slopes"),
+    (dict(pe="rope", alibi_slopes="paper"), "alibi_slopes only applies to pe='alibi'"),
+    (dict(pe="rope", fire_hidden=8), "fire_hidden only applies to pe='fire'"),
+    (dict(pe="fire", fire_hidden=0), "fire_hidden must be"),
+    (dict(pe="xpos", xpos_gamma=-1.0), "xpos_gamma"),
+    (dict(pe="xpos", xpos_scale_base=float("nan")), "xpos_scale_base"),
+    (dict(pe="cope", cope_positions=1), "cope_positions"),
+    (dict(pe="nope", rope_scaling="pi", rope_scaling_factor=2.0), "needs a rotary PE"),
 ])
 def test_bad_config_raises(kw, msg):
   with pytest.raises(ValueError, match=msg):

@@ -15,7 +15,7 @@ from pe_spectral.model import ModelConfig, apply_model, init_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kerple_log is the same class as kerple_power (covered by the oracle tests)
-NEW_PES = ("fire", "xpos", "kerple_power", "p_rope")
+NEW_PES = ("fire", "xpos", "kerple_power", "p_rope", "cope")
 
 
 def _cli(module, *args, cwd):
@@ -41,7 +41,7 @@ def test_new_pes_sweep_ablate_decompose_report(tmp_path):
       dec = json.load(f)
     assert abl["pe"] == dec["pe"] == pe
     assert np.asarray(abl["ablated"]).shape == (2, 2, 2)  # seeds, layers, heads
-    assert dec["additive_residual_max"] < 1e-4
+    assert dec["additive_residual_max"] < 1e-4  # CoPE's contextual term sits in B
     # a Hadamard form is checked exactly where the transform is a rotation
     assert (dec["hadamard_residual_max"] is not None) == (pe == "p_rope")
   _cli("experiments.report", f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'R.md'}",
@@ -183,3 +183,42 @@ def test_xpos_decays_keys_behind_and_amplifies_keys_ahead():
   assert abs(norm(qq[4]) - zeta0) < 1e-5                    # ζ_0^(4/4)
   assert abs(norm(qq[4]) * norm(kk[0]) - zeta0) < 1e-5      # key behind: decayed
   assert abs(norm(qq[4]) * norm(kk[8]) - 1 / zeta0) < 1e-4  # key ahead: amplified
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cope_positions_match_loop_oracle(causal):
+  g = np.asarray(jax.nn.sigmoid(jax.random.normal(jax.random.key(3), (2, 7, 7))))
+  got = np.asarray(P.cope_positions(jnp.asarray(g), causal=causal))
+  for b in range(2):
+    for i in range(7):
+      for j in range(7):
+        if causal and j > i:
+          want = 0.0
+        else:
+          want = g[b, i, min(i, j):max(i, j) + 1].sum()
+        assert abs(got[b, i, j] - want) < 1e-5
+  # every gate open: plain relative positions |i - j| + 1
+  ones = np.asarray(P.cope_positions(jnp.ones((5, 5))))
+  np.testing.assert_allclose(ones, np.abs(np.subtract.outer(np.arange(5), np.arange(5))) + 1,
+                             atol=1e-6)
+
+
+def test_cope_bias_interpolates_and_masks():
+  """With every gate ~1 (huge q·k) the term is q·e[|i-j|+1] exactly; a masked
+  key neither gets counted nor changes a position."""
+  d, n = 4, 5
+  q = jnp.ones((1, n, 1, d)) * 10.0
+  k = jnp.ones((1, n, 1, d)) * 10.0
+  emb = jax.random.normal(jax.random.key(0), (8, d))
+  got = np.asarray(P.cope_bias(q, k, emb, scale=1.0))[0, 0]
+  want = np.array([[float(q[0, i, 0] @ emb[abs(i - j) + 1]) for j in range(n)]
+                   for i in range(n)])
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  # fractional position 1.5 (two gates 0.5, 1 ... ) interpolates halfway
+  p = jnp.asarray(1.5)
+  lo, hi = q[0, 0, 0] @ emb[1], q[0, 0, 0] @ emb[2]
+  assert abs(float(0.5 * lo + 0.5 * hi) - float(jnp.interp(p, jnp.arange(8.0),
+                                                             (q[0, 0, 0] @ emb.T)))) < 1e-4
+  mask = jnp.asarray([True, False, True, True, True])[None, None, None, :]
+  m = np.asarray(P.cope_bias(q, k, emb, scale=1.0, mask=mask))[0, 0]
+  assert abs(m[0, 2] - float(q[0, 0, 0] @ emb[2])) < 1e-4  # key 1 not counted: p = 2

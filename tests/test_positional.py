@@ -154,7 +154,9 @@ def test_registry_and_unknown_name():
   from pe_spectral import encodings
   assert set(encodings.names()) == {
       "nope", "sinusoidal", "learned", "relative", "alibi", "rope", "partial_rope",
-      "rope_sinusoidal", "mla", "kerple_log", "kerple_power", "p_rope", "fire", "xpos"}
+      "rope_sinusoidal", "mla", "kerple_log", "kerple_power", "p_rope", "fire", "xpos",
+      "cope"}
+  assert encodings.get("cope").kinds == ("contextual",)
   assert encodings.get("rope_sinusoidal").kinds == ("input", "rotary")
   assert encodings.get("alibi").kinds == ("bias",)
   assert encodings.get("fire").kinds == ("bias",)

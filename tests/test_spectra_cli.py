@@ -6,7 +6,7 @@ import sys
 
 def test_spectra_cli_writes_json_and_figures(tmp_path):
   out = subprocess.run([sys.executable, "-m", "experiments.spectra", "--n=16,64",
-                        "--pe=alibi,relative,sinusoidal,rope,fire,learned,xpos",
+                        "--pe=alibi,relative,sinusoidal,rope,fire,learned,xpos,cope",
                         "--faithful", "--preset=smoke",
                         "--dense_max=32", "--lanczos_steps=20", "--content_samples=1",
                         f"--outdir={tmp_path}"], capture_output=True, text=True)
@@ -15,7 +15,8 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
     res = json.load(f)
   assert {r["pe"] for r in res["toeplitz"]} == {"alibi", "relative", "sinusoidal",
                                                  "rope", "fire"}
-  assert set(res["no_toeplitz"]) == {"learned", "xpos"}  # said, not faked
+  assert set(res["no_toeplitz"]) == {"learned", "xpos", "cope"}  # said, not faked
+  assert "content" in res["no_toeplitz"]["cope"]
   assert all(r["contained"] for r in res["toeplitz"])
   # the PE a faithful run trains: ALiBi head 0 has the paper's slope exp(0) = 1
   alibi = [r for r in res["toeplitz"] if r["pe"] == "alibi"]
