@@ -53,6 +53,10 @@ flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only
 flags.DEFINE_enum("alibi_slopes", None, ["standard", "paper"],
                   "ALiBi slopes: standard 2^(-8h/H) (clean default) or the paper's "
                   "exp(-h/H) (faithful default).")
+flags.DEFINE_integer("random_positions", None,
+                     "Randomized positions (Ruoss et al. 2023): each batch's tokens get sorted "
+                     "distinct positions drawn from [0, N), in training and evaluation; "
+                     "N >= the preset's max_len (e.g. 4x it, to test at 4x the length).")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
 flags.DEFINE_integer("seed_group", None,
                      "Vmap this many seeds at a time; groups run one after another in "
@@ -85,10 +89,12 @@ def _int_list(text: str, name: str) -> list[int]:
 
 
 def default_workdir(task: str, pe: str, preset: str, faithful: bool,
-                    rope_heads=None) -> str:
+                    rope_heads=None, random_positions=None) -> str:
   name = pe
   if rope_heads is not None:
     name += f"-k{rope_heads}"
+  if random_positions is not None:
+    name += f"-rp{random_positions}"
   if faithful:
     name += "-faithful"
   if preset != "cpu":
@@ -139,12 +145,12 @@ def plan_runs():
                            batch_size=FLAGS.batch_size,
                            learning_rate=FLAGS.learning_rate,
                            alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
-                           else None)
+                           else None, random_positions=FLAGS.random_positions)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(
           FLAGS.task, pe, FLAGS.preset, FLAGS.faithful, rc.model.rope_heads
-          if takes(pe, "rope_heads") else None)
+          if takes(pe, "rope_heads") else None, FLAGS.random_positions)
       runs.append((rc, workdir))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "

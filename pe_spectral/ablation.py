@@ -82,11 +82,11 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
   ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
 
   def one(args):
-    x, y, real = args
+    x, y, real, b = args
     model = nnx.merge(trainer.graphdef, p)
     hits = lambda logits: trainer.score(logits, y, real)[0]
-    e = model.embed_inputs(x)
-    ctx = model.context(x)
+    ctx = model.context(x, position_key=trainer.eval_position_key(b))
+    e = model.embed_inputs(x, ctx["positions"])
     blocks = list(model.blocks)
     xs, outs = [e], []
     for blk in blocks:  # the un-ablated pass, keeping what the knock-outs reuse
@@ -103,7 +103,8 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
     correct, _, count = trainer.score(model.classify(xs[-1], x), y, real)
     return correct, jnp.stack(per_layer), count
 
-  base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b))
+  base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b,
+                                       jnp.arange(ids_b.shape[0])))
   count = jnp.maximum(count.sum(), 1.0)
   return base.sum() / count, abl.sum(0) / count
 

@@ -136,8 +136,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           epochs: Optional[int] = None, steps: Optional[int] = None,
           batch_size: Optional[int] = None,
           learning_rate: Optional[float] = None,
-          alibi_slopes: Optional[str] = None) -> RunConfig:
-  """Builds validated configs; raises ValueError with a clear message."""
+          alibi_slopes: Optional[str] = None,
+          random_positions: Optional[int] = None) -> RunConfig:
+  """Builds validated configs; raises ValueError with a clear message.
+  ``random_positions``: train and evaluate with randomized positions drawn
+  below it (:class:`~pe_spectral.model.ModelConfig`)."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   task_cfg = TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
@@ -153,6 +156,8 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     model_kw["rope_heads"] = rope_heads
   if alibi_slopes is not None:  # ModelConfig says which PE takes it
     model_kw["alibi_slopes"] = alibi_slopes
+  if random_positions is not None:
+    model_kw["random_positions"] = random_positions
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
   if task_cfg.max_len > model_cfg.max_len:

@@ -57,10 +57,16 @@ class PositionalEncoding:
       optional ones (``model.PE_OPTIONS``) for another PE is an error, and the
       sweep routes its flags (``--rope_heads``, ``--alibi_slopes``) by them.
     spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
+    takes_positions: ``input_table`` and ``bias`` accept ``positions=`` (an
+      int ``[seq]`` array, given only when they are not ``0..seq-1``), so the
+      PE can train with randomized positions.
   """
   name: str = ""
   description: str = ""
   latent_attention: bool = False
+  # the hooks accept ``positions=`` (arbitrary token positions): the PE can be
+  # trained with randomized positions (``ModelConfig.random_positions``)
+  takes_positions: bool = False
   options: tuple[str, ...] = ()
   spectral_note: str = ""
 
@@ -90,8 +96,11 @@ class PositionalEncoding:
     ``next_key()`` draws a key (call it only if needed)."""
     return {}
 
-  def input_table(self, cfg, params: dict, seq_len: int) -> Optional[jax.Array]:
-    """``[seq_len, d_model]`` added to the token embeddings, or None."""
+  def input_table(self, cfg, params: dict, seq_len: int,
+                  positions=None) -> Optional[jax.Array]:
+    """``[seq_len, d_model]`` added to the token embeddings, or None.
+    ``positions`` (int ``[seq_len]``) is passed only to a PE that
+    ``takes_positions``, and only when they are not ``0..seq_len-1``."""
     return None
 
   # --- additive bias ------------------------------------------------------
@@ -99,8 +108,9 @@ class PositionalEncoding:
     """One layer's PE parameters (drawn in layer order)."""
     return {}
 
-  def bias(self, cfg, params: dict, seq_len: int) -> Optional[jax.Array]:
-    """One layer's logit bias ``[heads, seq_len, seq_len]``, or None."""
+  def bias(self, cfg, params: dict, seq_len: int, positions=None) -> Optional[jax.Array]:
+    """One layer's logit bias ``[heads, seq_len, seq_len]``, or None
+    (``positions``: as for :meth:`input_table`)."""
     return None
 
   def bias_extremes(self, cfg, seq_len: int):
@@ -206,7 +216,11 @@ class Sinusoidal(PositionalEncoding):
   description = "fixed sinusoid added to the input (paper: absolute)"
   toeplitz_label = "Gram P Pᵀ of the input table"
 
-  def input_table(self, cfg, params, seq_len):
+  takes_positions = True
+
+  def input_table(self, cfg, params, seq_len, positions=None):
+    if positions is not None:
+      return P.sinusoidal_at(positions, cfg.d_model, cfg.rope_base)
     return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
@@ -222,13 +236,19 @@ class Learned(PositionalEncoding):
   description = "learned absolute table added to the input (paper: random)"
   spectral_note = "a learned absolute table is not Toeplitz"
 
-  def input_params(self, cfg, next_key, std):
-    return {"pos_table": std * jax.random.normal(next_key(), (cfg.max_len, cfg.d_model))}
+  takes_positions = True
 
-  def input_table(self, cfg, params, seq_len):
-    if seq_len > cfg.max_len:
-      raise ValueError(f"sequence length {seq_len} exceeds max_len {cfg.max_len} of the "
+  def input_params(self, cfg, next_key, std):
+    rows = cfg.position_range  # max_len, or the randomized positions' range
+    return {"pos_table": std * jax.random.normal(next_key(), (rows, cfg.d_model))}
+
+  def input_table(self, cfg, params, seq_len, positions=None):
+    rows = params["pos_table"].shape[0]
+    if seq_len > rows:
+      raise ValueError(f"sequence length {seq_len} exceeds max_len {rows} of the "
                        f"learned position table")
+    if positions is not None:  # drawn below the range by construction
+      return params["pos_table"][positions]
     return params["pos_table"][:seq_len]
 
 
@@ -253,10 +273,12 @@ class Relative(PositionalEncoding):
     return P.relative_position_bucket(offsets, num_buckets=cfg.relative_buckets,
                                       max_distance=r)
 
-  def bias(self, cfg, params, seq_len):
+  takes_positions = True
+
+  def bias(self, cfg, params, seq_len, positions=None):
     return P.relative_bias_from_table(params["rel_table"], seq_len,
                                       max_distance=cfg.relative_distance,
-                                      num_buckets=cfg.relative_buckets)
+                                      num_buckets=cfg.relative_buckets, positions=positions)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     # bias[i, j] = table[index(j - i)]: coefficient t_k (k = j - i) per head
@@ -276,7 +298,11 @@ class Alibi(PositionalEncoding):
       return P.alibi_slopes_paper(cfg.num_heads)
     return P.alibi_slopes(cfg.num_heads)
 
-  def bias(self, cfg, params, seq_len):
+  takes_positions = True
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    if positions is not None:
+      return -self.slopes(cfg)[:, None, None] * P.distances(positions, causal=cfg.causal)
     return P.alibi_bias(seq_len, self.slopes(cfg), causal=cfg.causal)
 
   def run_label(self, model):
@@ -313,7 +339,11 @@ class Kerple(PositionalEncoding):
   def _r(self, params):
     return P.kerple_params(params["kerple_r1"], params["kerple_r2"], kind=self.kind)
 
-  def bias(self, cfg, params, seq_len):
+  takes_positions = True
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    if positions is not None:
+      return P.kerple_of_distance(P.distances(positions), *self._r(params), kind=self.kind)
     return P.kerple_bias(seq_len, *self._r(params), kind=self.kind)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
@@ -333,8 +363,10 @@ class Fire(PositionalEncoding):
     return P.fire_init(next_key(), cfg.num_heads, hidden=cfg.fire_hidden or 32,
                        threshold=float(cfg.max_len), c=0.1)
 
-  def bias(self, cfg, params, seq_len):
-    return P.fire_bias(params, seq_len, causal=cfg.causal)
+  takes_positions = True
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    return P.fire_bias(params, seq_len, causal=cfg.causal, positions=positions)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     if cfg.causal:
@@ -393,9 +425,11 @@ class Rotary(PositionalEncoding):
   def run_label(self, model):
     return f"{self.name} (k={model.get('rope_heads')})" if self.partial else self.name
 
-  def input_table(self, cfg, params, seq_len):
+  takes_positions = True
+
+  def input_table(self, cfg, params, seq_len, positions=None):
     if self.input_sinusoid:
-      return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+      return Sinusoidal.input_table(self, cfg, params, seq_len, positions)
     return None
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
@@ -452,16 +486,18 @@ class MLA(PositionalEncoding):
       raise ValueError("rope_scaling does not apply to the paper's MLA transform "
                        "(it is not a rotation)")
 
+  takes_positions = True
+
   def input_params(self, cfg, next_key, std):
     # the paper's MLA model has a zero-initialised learned absolute table
     if cfg.faithful:
-      return {"pos_table": jnp.zeros((cfg.max_len, cfg.d_model))}
+      return {"pos_table": jnp.zeros((cfg.position_range, cfg.d_model))}
     return {}
 
-  def input_table(self, cfg, params, seq_len):
+  def input_table(self, cfg, params, seq_len, positions=None):
     if "pos_table" not in params:
       return None
-    return Learned.input_table(self, cfg, params, seq_len)
+    return Learned.input_table(self, cfg, params, seq_len, positions)
 
   def qk_transform(self, cfg):
     if cfg.paper_rotary:

@@ -77,6 +77,11 @@ class ModelConfig:
       (``xpos`` only).
     cope_positions: CoPE's number of position embeddings (``cope`` only;
       default ``max_len``; contextual positions are clipped below it).
+    random_positions: randomized positions (Ruoss et al. 2023): every batch,
+      in training and in evaluation, the tokens get sorted distinct positions
+      drawn from ``[0, random_positions)`` instead of ``0..n-1`` (for any PE
+      whose hooks take positions; learned tables get that many rows). None:
+      plain positions.
     init_scheme: ``"torch"`` (PyTorch defaults, as the paper: embeddings and
       a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
       ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
@@ -111,6 +116,7 @@ class ModelConfig:
   xpos_gamma: Optional[float] = None
   xpos_scale_base: Optional[float] = None
   cope_positions: Optional[int] = None
+  random_positions: Optional[int] = None
 
   def __post_init__(self):
     enc = encodings.get(self.pe)  # unknown name -> lists valid names
@@ -128,6 +134,13 @@ class ModelConfig:
       if getattr(self, name) is not None and name not in enc.options:
         owners = [p for p in encodings.names() if name in encodings.get(p).options]
         raise ValueError(f"{name} only applies to pe={' or '.join(map(repr, owners))}")
+    if self.random_positions is not None:
+      if not enc.takes_positions:
+        raise ValueError(f"random_positions needs a PE that uses positions; {self.pe!r} "
+                         f"does not")
+      if self.random_positions < self.max_len:
+        raise ValueError(f"random_positions ({self.random_positions}) must be >= max_len "
+                         f"({self.max_len})")
     if self.fire_hidden is not None and self.fire_hidden < 1:
       raise ValueError(f"fire_hidden must be >= 1, got {self.fire_hidden}")
     if self.rope_scaling is not None:
@@ -223,10 +236,15 @@ class ModelConfig:
     return not self.kv_from_input
 
   @property
+  def position_range(self) -> int:
+    """Positions are drawn below this: ``random_positions``, else ``max_len``."""
+    return self.random_positions or self.max_len
+
+  @property
   def relative_distance(self) -> int:
     if self.relative_max_distance is not None:
       return self.relative_max_distance
-    return self.max_len - 1
+    return self.position_range - 1
 
   def replace(self, **kw) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
@@ -275,9 +293,13 @@ class _Block(nnx.Module):
     """This layer's PE parameters ``{name: array}`` (the registry's hooks take them)."""
     return {name: getattr(self, name)[...] for name in self.pe_param_names}
 
-  def bias(self, seq_len: int) -> Optional[jax.Array]:
-    """Additive logit bias ``[heads, seq, seq]`` of this layer, or None."""
-    return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
+  def bias(self, seq_len: int, positions=None) -> Optional[jax.Array]:
+    """Additive logit bias ``[heads, seq, seq]`` of this layer, or None.
+    ``positions``: the tokens' positions when they are not ``0..seq-1``
+    (randomized positions); a NumPy array means the plain ones."""
+    if positions is None or isinstance(positions, np.ndarray):
+      return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
+    return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len, positions=positions)
 
   def content_bias(self, q, k, mask) -> Optional[jax.Array]:
     """The PE's logit term from this layer's queries/keys (CoPE), or None."""
@@ -291,7 +313,7 @@ class _Block(nnx.Module):
   def head_outputs(self, x, e, *, positions, mask, key=None):
     """This block's per-head attention outputs ``[batch, seq, heads, head_dim]``."""
     h = self.ln1(x)
-    bias = self.bias(x.shape[1])
+    bias = self.bias(x.shape[1], positions)
     if self.cfg.is_mla:
       return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask,
                                     dropout_key=key)
@@ -344,13 +366,17 @@ class TransformerClassifier(nnx.Module):
     self.head = torch_linear(cfg.d_model, cfg.num_classes, rngs=rngs,
                              init_scheme=cfg.init)
 
-  def embed_inputs(self, ids: jax.Array) -> jax.Array:
-    """Token embeddings plus the input PE, ``[batch, seq, d_model]``."""
+  def embed_inputs(self, ids: jax.Array, positions=None) -> jax.Array:
+    """Token embeddings plus the input PE, ``[batch, seq, d_model]``
+    (``positions``: see :meth:`_Block.bias`)."""
     cfg = self.cfg
     seq_len = ids.shape[1]
     e = self.embed(ids)
-    table = cfg.encoding.input_table(
-        cfg, {name: getattr(self, name)[...] for name in self.pe_param_names}, seq_len)
+    params = {name: getattr(self, name)[...] for name in self.pe_param_names}
+    if positions is None or isinstance(positions, np.ndarray):
+      table = cfg.encoding.input_table(cfg, params, seq_len)
+    else:
+      table = cfg.encoding.input_table(cfg, params, seq_len, positions=positions)
     return e if table is None else e + table
 
   def attention_mask(self, ids: jax.Array) -> Optional[jax.Array]:
@@ -366,18 +392,24 @@ class TransformerClassifier(nnx.Module):
     return mask
 
   def __call__(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
-               head_mask: Optional[jax.Array] = None) -> jax.Array:
+               head_mask: Optional[jax.Array] = None,
+               position_key: Optional[jax.Array] = None) -> jax.Array:
     """Class logits ``[batch, num_classes]``.
 
     Args:
       ids: int ``[batch, seq]`` token ids, 0 = padding, ``seq <= max_len``.
       dropout_key: PRNG key enabling dropout (training); None = deterministic.
       head_mask: ``[num_layers, num_heads]`` output factors (1 keep, 0 ablate).
+      position_key: PRNG key of the randomized positions (``random_positions``
+        only; default: derived from ``dropout_key`` in training, a fixed key
+        in evaluation).
     """
-    return self.forward(ids, dropout_key=dropout_key, head_mask=head_mask)[0]
+    return self.forward(ids, dropout_key=dropout_key, head_mask=head_mask,
+                        position_key=position_key)[0]
 
   def forward(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
-              head_mask: Optional[jax.Array] = None, input_pe: bool = True):
+              head_mask: Optional[jax.Array] = None, input_pe: bool = True,
+              position_key: Optional[jax.Array] = None):
     """``(logits, e, layer_inputs)``: also the input embeddings ``e`` and each
     block's input residual stream (for analysis). ``input_pe=False`` drops the
     input positional table (the content-only counterpart used by
@@ -388,8 +420,8 @@ class TransformerClassifier(nnx.Module):
     check_token_ids(ids, cfg.vocab_size)
     if head_mask is not None:
       chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
-    e = self.embed_inputs(ids) if input_pe else self.embed(ids)
-    ctx = self.context(ids)
+    ctx = self.context(ids, dropout_key=dropout_key, position_key=position_key)
+    e = self.embed_inputs(ids, ctx["positions"]) if input_pe else self.embed(ids)
     x = e
     inputs = []
     for i, block in enumerate(self.blocks):
@@ -399,9 +431,21 @@ class TransformerClassifier(nnx.Module):
                 key=key)
     return self.classify(x, ids), e, inputs
 
-  def context(self, ids: jax.Array) -> dict:
-    """What every block needs besides its input: ``positions`` and ``mask``."""
-    return {"positions": np.arange(ids.shape[1]), "mask": self.attention_mask(ids)}
+  def context(self, ids: jax.Array, *, dropout_key=None, position_key=None) -> dict:
+    """What every block needs besides its input: ``positions`` and ``mask``.
+
+    Positions are the NumPy constants ``0..n-1`` (XLA folds every table built
+    from them), or with ``random_positions`` a sorted random draw
+    (:func:`positional.random_positions`) from ``position_key``, else from
+    ``dropout_key`` (training), else from a fixed key (evaluation)."""
+    n = ids.shape[1]
+    positions = np.arange(n)
+    if self.cfg.random_positions is not None:
+      if position_key is None:
+        position_key = (jax.random.key(0) if dropout_key is None
+                        else jax.random.fold_in(dropout_key, 0x9E3779B))
+      positions = positional.random_positions(position_key, n, self.cfg.random_positions)
+    return {"positions": positions, "mask": self.attention_mask(ids)}
 
   def classify(self, x: jax.Array, ids: jax.Array) -> jax.Array:
     """Class logits from the last residual stream: final norm, pooling, head."""
@@ -442,7 +486,9 @@ def init_model(cfg: ModelConfig, key: jax.Array):
   return graphdef, nnx.to_pure_dict(state)
 
 
-def apply_model(graphdef, params, ids, *, dropout_key=None, head_mask=None):
+def apply_model(graphdef, params, ids, *, dropout_key=None, head_mask=None,
+                position_key=None):
   """Pure forward pass: ``nnx.merge`` then call (for jit/vmap/grad)."""
   model = nnx.merge(graphdef, params)
-  return model(ids, dropout_key=dropout_key, head_mask=head_mask)
+  return model(ids, dropout_key=dropout_key, head_mask=head_mask,
+               position_key=position_key)

@@ -29,7 +29,8 @@ __all__ = [
     "kerple_bias", "kerple_coeffs", "kerple_params",
     "Rotation", "PaperMLARotation", "paper_mla_rotary", "xpos_scale", "XPos",
     "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
-    "cope_positions", "cope_bias",
+    "cope_positions", "cope_bias", "kerple_of_distance",
+    "random_positions", "sinusoidal_at", "distances",
 ]
 
 
@@ -233,14 +234,22 @@ def kerple_coeffs(seq_len: int, r1, r2, *, kind: str) -> jax.Array:
   the KERPLE bias: ``-r1 log(1 + r2 |k|)`` or ``-r1 |k|^r2``; symmetric, so
   they feed :func:`spectral.toeplitz_eig_bounds` directly."""
   k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
-  r1 = jnp.asarray(r1, jnp.float32)[..., None]
-  r2 = jnp.asarray(r2, jnp.float32)[..., None]
+  return kerple_of_distance(k, r1, r2, kind=kind)
+
+
+def kerple_of_distance(dist, r1, r2, *, kind: str) -> jax.Array:
+  """The KERPLE kernel at distances ``dist [...k]`` for per-head ``r1, r2``
+  (``[..., heads]``): ``[..., heads, *dist.shape]``."""
+  dist = jnp.asarray(dist, jnp.float32)
+  extra = (None,) * dist.ndim
+  r1 = jnp.asarray(r1, jnp.float32)[(..., *extra)]
+  r2 = jnp.asarray(r2, jnp.float32)[(..., *extra)]
   if kind == "log":
-    return -r1 * jnp.log1p(r2 * k)
+    return -r1 * jnp.log1p(r2 * dist)
   if kind == "power":
-    # |0|^r2 = 0 for r2 > 0; written so the gradient at k = 0 stays finite
-    safe = jnp.where(k > 0, k, 1.0)
-    return jnp.where(k > 0, -r1 * safe ** r2, 0.0)
+    # |0|^r2 = 0 for r2 > 0; written so the gradient at 0 stays finite
+    safe = jnp.where(dist > 0, dist, 1.0)
+    return jnp.where(dist > 0, -r1 * safe ** r2, 0.0)
   raise ValueError(f"kerple kind must be 'log' or 'power', got {kind!r}")
 
 
@@ -342,7 +351,8 @@ def relative_offsets(seq_len: int) -> jax.Array:
 
 def relative_bias_from_table(table: jax.Array, seq_len: int, *,
                              max_distance: int,
-                             num_buckets: Optional[int] = None) -> jax.Array:
+                             num_buckets: Optional[int] = None,
+                             positions: Optional[jax.Array] = None) -> jax.Array:
   """Relative-position logit bias ``[heads, seq_len, seq_len]`` from a table.
 
   Args:
@@ -354,11 +364,16 @@ def relative_bias_from_table(table: jax.Array, seq_len: int, *,
       paper's layout when ``max_distance = max_len - 1``). With buckets, the T5
       ``max_distance``.
     num_buckets: ``None`` for clipped offsets, else the T5 bucket count.
+    positions: ``[seq_len]`` positions of the tokens (default ``0..seq_len-1``).
 
   Returns:
     ``bias[h, i, j] = table[index(j - i), h]`` -- Toeplitz in ``(i, j)``.
   """
-  rel = relative_offsets(seq_len)
+  if positions is None:
+    rel = relative_offsets(seq_len)
+  else:  # offsets of arbitrary (e.g. randomized) positions
+    pos = jnp.asarray(positions, jnp.int32)
+    rel = pos[None, :] - pos[:, None]
   if num_buckets is None:
     idx = jnp.clip(rel, -max_distance, max_distance) + max_distance
   else:
@@ -500,7 +515,8 @@ def _fire_mlp(params: dict, x):
   return h @ params["fire_w2"] + params["fire_b2"]
 
 
-def fire_bias(params: dict, seq_len: int, *, causal: bool = False) -> jax.Array:
+def fire_bias(params: dict, seq_len: int, *, causal: bool = False,
+              positions: Optional[jax.Array] = None) -> jax.Array:
   """FIRE logit bias ``[heads, seq_len, seq_len]``:
   ``bias[h, i, j] = f_θ(ψ(d_ij) / ψ(max(L, i)))_h`` with query ``i``, key ``j``.
 
@@ -513,12 +529,13 @@ def fire_bias(params: dict, seq_len: int, *, causal: bool = False) -> jax.Array:
   interpolated into the same ``[0, 1]`` range -- FIRE's length generalisation.
   """
   c, L = fire_constants(params)
-  pos = jnp.arange(seq_len, dtype=jnp.float32)
+  pos = (jnp.arange(seq_len, dtype=jnp.float32) if positions is None
+         else jnp.asarray(positions, jnp.float32))
   diff = pos[:, None] - pos[None, :]
   dist = jnp.where(diff >= 0, diff, 0.0) if causal else jnp.abs(diff)
   norm = fire_psi(jnp.maximum(L, pos), c)[:, None]
   out = jnp.moveaxis(_fire_mlp(params, fire_psi(dist, c) / norm), -1, 0)  # [heads, seq, seq]
-  return jnp.where(diff >= 0, out, 0.0) if causal else out
+  return jnp.where(diff >= 0, out, 0.0) if causal else out  # (sorted positions: diff >= 0 iff j <= i)
 
 
 def fire_coeffs(params: dict, seq_len: int) -> jax.Array:
@@ -582,3 +599,37 @@ def cope_bias(q: jax.Array, k: jax.Array, pos_emb: jax.Array, *,
   z_lo = jnp.take_along_axis(z, lo, axis=-1)
   z_hi = jnp.take_along_axis(z, hi, axis=-1)
   return w * z_hi + (1.0 - w) * z_lo
+
+
+# ----------------------------------------------------------------------------
+# Positions other than 0..n-1 (randomized positions, Ruoss et al. 2023).
+# ----------------------------------------------------------------------------
+
+def random_positions(key: jax.Array, seq_len: int, position_range: int) -> jax.Array:
+  """Randomized positions (Ruoss et al. 2023, arXiv 2305.16843): ``seq_len``
+  distinct integers drawn uniformly from ``[0, position_range)``, sorted --
+  the order of the tokens is kept, their spacing is random. int32 ``[seq_len]``."""
+  if seq_len > position_range:
+    raise ValueError(f"cannot draw {seq_len} distinct positions from a range of "
+                     f"{position_range}")
+  pick = jax.random.choice(key, position_range, (seq_len,), replace=False)
+  return jnp.sort(pick).astype(jnp.int32)
+
+
+def sinusoidal_at(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
+  """:func:`sinusoidal_table` rows at arbitrary ``positions [seq]`` -> ``[seq, dim]``."""
+  half = (dim + 1) // 2
+  angles = (jnp.asarray(positions, jnp.float32)[:, None]
+            * jnp.asarray(_inverse_freqs(half, dim, base), jnp.float32)[None, :])
+  table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+  return table.reshape(angles.shape[0], 2 * half)[:, :dim]
+
+
+def distances(positions: jax.Array, *, causal: bool = False) -> jax.Array:
+  """``|p_i - p_j|`` as float32 ``[seq, seq]``; causal: 0 above the diagonal."""
+  pos = jnp.asarray(positions, jnp.float32)
+  d = jnp.abs(pos[:, None] - pos[None, :])
+  if causal:
+    n = pos.shape[0]
+    d = jnp.where(jnp.arange(n)[None, :] <= jnp.arange(n)[:, None], d, 0.0)
+  return d

@@ -347,13 +347,23 @@ class Trainer:
     ids_b, labels_b, real_b = self.eval_batches(ids, labels)
 
     def one(args):
-      x, y, real = args
-      logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask)
+      x, y, real, b = args
+      logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask,
+                                     position_key=self.eval_position_key(b))
       return self.score(logits, y, real)
 
-    correct, loss_sum, count = jax.lax.map(one, (ids_b, labels_b, real_b))
+    correct, loss_sum, count = jax.lax.map(
+        one, (ids_b, labels_b, real_b, jnp.arange(ids_b.shape[0])))
     count = jnp.maximum(count.sum(), 1.0)
     return correct.sum() / count, loss_sum.sum() / count
+
+  def eval_position_key(self, batch_index):
+    """The randomized positions' key of evaluation batch ``batch_index`` (the
+    same for every seed, evaluation and ablation, so runs compare on the same
+    draws); None without ``random_positions``."""
+    if self.model_cfg.random_positions is None:
+      return None
+    return jax.random.fold_in(jax.random.key(0x5EED), batch_index)
 
   def _eval_impl(self, params, ids, labels):
     return jax.vmap(self.evaluate_params, in_axes=(0, None, None))(params, ids, labels)

@@ -222,3 +222,58 @@ def test_cope_bias_interpolates_and_masks():
   mask = jnp.asarray([True, False, True, True, True])[None, None, None, :]
   m = np.asarray(P.cope_bias(q, k, emb, scale=1.0, mask=mask))[0, 0]
   assert abs(m[0, 2] - float(q[0, 0, 0] @ emb[2])) < 1e-4  # key 1 not counted: p = 2
+
+
+# ---------------------------------------------------------------------------
+# Randomized positions (Ruoss et al. 2023).
+# ---------------------------------------------------------------------------
+
+def test_random_positions_are_sorted_distinct_and_in_range():
+  for s in range(5):
+    p = np.asarray(P.random_positions(jax.random.key(s), 9, 20))
+    assert p.dtype == np.int32 and (np.diff(p) > 0).all() and p.min() >= 0 and p.max() < 20
+  np.testing.assert_array_equal(P.random_positions(jax.random.key(3), 9, 20),
+                                P.random_positions(jax.random.key(3), 9, 20))
+  with pytest.raises(ValueError, match="distinct positions"):
+    P.random_positions(jax.random.key(0), 21, 20)
+
+
+@pytest.mark.parametrize("pe", ["sinusoidal", "learned", "relative", "alibi", "kerple_log",
+                                "fire", "rope", "rope_sinusoidal", "xpos", "mla"])
+def test_random_positions_equal_scattering_tokens_into_a_padded_sequence(pe):
+  """The oracle: giving n tokens the positions p_1 < ... < p_n is the same as
+  writing them at indices p_t of a sequence of length R whose other slots are
+  padding (masked keys, excluded from the pool) -- computed by the plain model."""
+  n, R = 10, 26
+  small = dict(vocab_size=23, num_classes=5, d_model=16, num_heads=2, num_layers=2,
+               d_ff=32, dropout=0.0, mla_latent_dim=8, mla_rope_dim=8)
+  cfg_r = ModelConfig(pe=pe, max_len=n, random_positions=R, **small)
+  cfg_s = ModelConfig(pe=pe, max_len=R, **small)
+  graphdef, params = init_model(cfg_r, jax.random.key(0))
+  g_s, _ = init_model(cfg_s, jax.random.key(0))
+  ids = jax.random.randint(jax.random.key(1), (3, n), 1, 23)
+  key = jax.random.key(5)
+  from flax import nnx
+  pos = np.asarray(nnx.merge(graphdef, params).context(ids, position_key=key)["positions"])
+  assert pos[-1] >= n  # the draw really spreads the tokens out
+  scattered = jnp.zeros((3, R), jnp.int32).at[:, pos].set(ids)
+  got = apply_model(graphdef, params, ids, position_key=key)
+  want = apply_model(g_s, params, scattered)
+  np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+  plain = apply_model(g_s, params, ids)  # positions 0..n-1: a different answer
+  assert float(jnp.abs(plain - want).max()) > 1e-4
+
+
+def test_random_positions_train_and_evaluate_deterministically(tmp_path):
+  rc = config.build("smoke", "distance", "rope", steps=4, random_positions=96)
+  assert rc.model.random_positions == 96
+  s = runner.run(rc, [0], str(tmp_path / "run"), eval_every=4, notify=lambda m: None)
+  assert np.isfinite(s["test_accuracy"]).all()
+  _, rc2, trainer, states, data, _ = runner.load_run(str(tmp_path / "run"),
+                                                     notify=lambda m: None)
+  a1 = trainer.evaluate(states, data.test_ids, data.test_labels)[1]
+  a2 = trainer.evaluate(states, data.test_ids, data.test_labels)[1]
+  np.testing.assert_array_equal(a1, a2)  # evaluation draws are fixed per batch
+  for bad in ({"pe": "nope"}, {"pe": "cope"}, {"random_positions": 10}):
+    with pytest.raises(ValueError, match="random_positions"):
+      ModelConfig(**{**rc2.model.to_dict(), **bad})
