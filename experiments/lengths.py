@@ -177,6 +177,7 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
           "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
           "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
                          else None),
+          "random_positions": rc.model.random_positions,
           "seeds": seeds, "train_len": train_len, "rope_scaling": rope_scaling,
           "shift": shift, "lengths": rows}
 

@@ -664,8 +664,21 @@ def load_lengths(root: str) -> list[dict]:
         s = json.load(f)
       res["plateau"] = s.get("plateau")
       res["run_test_accuracy"] = s.get("test_accuracy")
+    cfg = os.path.join(os.path.dirname(path), "config.json")
+    if os.path.exists(cfg) and "random_positions" not in res:
+      with open(cfg) as f:
+        res["random_positions"] = json.load(f)["run"]["model"].get("random_positions")
+    res["run"] = os.path.basename(os.path.dirname(path))
     out.append(res)
   return out
+
+
+def _lengths_label(r) -> str:
+  """A length-study row's name: the PE, partial RoPE's k, randomized positions."""
+  name = r["pe"] + (f" (k={r['rope_heads']})" if r.get("rope_heads") else "")
+  if r.get("random_positions"):
+    name += f" (random positions < {r['random_positions']})"
+  return name
 
 
 def _cell(row) -> str:
@@ -722,7 +735,7 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
     for r in rows:
       pl = (r.get("plateau") or {}).get("per_seed")
       pl = "?" if pl is None else f"{sum(pl)}/{len(pl)}"
-      name = r["pe"] + (f" (k={r['rope_heads']})" if r.get("rope_heads") else "")
+      name = _lengths_label(r)
       cells = " | ".join(_cell(x) for x in r["lengths"])
       lines.append(f"| {name} | {'faithful' if r['faithful'] else 'clean'} | "
                    f"{r['preset']} | {len(r['seeds'])} | {pl} | {cells} | "
@@ -737,10 +750,10 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
       lines += ["Eval-time context extension of the trained rotary models (no retraining): "
                 "position interpolation (pi), NTK-aware base (ntk), YaRN.", "",
                 f"| PE | scaling | n | {head} |", "|---|---|---|" + "---|" * len(factors)]
-      for base_run in (r for r in rows if any(s["pe"] == r["pe"] for s in scaled)):
+      for base_run in (r for r in rows if any(s["run"] == r["run"] for s in scaled)):
         lines.append(f"| {base_run['pe']} | none | {len(base_run['seeds'])} | "
                      + " | ".join(_cell(x) for x in base_run["lengths"]) + " |")
-        for r in (s for s in scaled if s["pe"] == base_run["pe"]):
+        for r in (s for s in scaled if s["run"] == base_run["run"]):
           lines.append(f"| {r['pe']} | {r['rope_scaling']} | {len(r['seeds'])} | "
                        + " | ".join(_cell(x) for x in r["lengths"]) + " |")
       lines.append("")
@@ -752,7 +765,7 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
                 "(masked: the content and its relative positions are unchanged, the absolute "
                 "positions move).", ""]
       for r in shifted:
-        base_run = next((b for b in rows if b["pe"] == r["pe"]), None)
+        base_run = next((b for b in rows if b["run"] == r["run"]), None)
         fs = [x["factor"] for x in r["lengths"]]
         lines += ["| PE | S | " + " | ".join(f"{f:g}×" for f in fs) + " |",
                   "|---|---|" + "---|" * len(fs)] if r is shifted[0] else []

@@ -300,6 +300,7 @@ def length_curves(results: list[dict], path: str, title: str = "") -> None:
     lo = [100 * r["ci95"][0] for r in rows]
     hi = [100 * r["ci95"][1] for r in rows]
     label = res["pe"] + (f" k={res['rope_heads']}" if res.get("rope_heads") else "") + (
+        f" rp<{res['random_positions']}" if res.get("random_positions") else "") + (
         " (faithful)" if res["faithful"] else "") + (
         f", {res['rope_scaling']}" if res.get("rope_scaling", "none") != "none" else "")
     c = colors[i % len(colors)]
