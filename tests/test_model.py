@@ -46,6 +46,9 @@ def test_every_pe_makes_output_depend_on_order(pe, faithful):
   """A PE that is the identity (or zero) would leave a NoPE-like model order-blind."""
   cfg = _cfg(pe, faithful=faithful, rope_heads=1, dropout=0.0)
   graphdef, params = init_model(cfg, jax.random.key(0))
+  if pe == "cope":  # its table starts at zero (the paper's init: NoPE at step 0)
+    for l, blk in params["blocks"].items():
+      blk["cope_pos_emb"] = jax.random.normal(jax.random.key(l), blk["cope_pos_emb"].shape)
   ids = _ids(jax.random.key(1), lengths=(10, 10, 10))
   perm = jax.random.permutation(jax.random.key(5), 10)
   a = apply_model(graphdef, params, ids)

@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import math
 import os
@@ -176,7 +178,13 @@ def _run_script(devices):
 
 
 def test_sharded_over_four_devices_equals_one_device():
-  one, four = _run_script(1), _run_script(4)
+  # this process has one CPU device: the unsharded baseline runs here
+  assert jax.device_count() == 1
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    exec(_SHARD_SCRIPT, {})
+  one = json.loads(buf.getvalue().strip().splitlines()[-1])
+  four = _run_script(4)
   assert one["sharded"] is None and four["sharded"] == 4
   np.testing.assert_allclose(four["losses"], one["losses"], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(four["acc"], one["acc"], atol=1e-7)
