@@ -138,7 +138,8 @@ def test_shared_prefix_equals_masked_model(pe, faithful):
   keys = tr.seed_keys([3])
   states, _ = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 8)
   ids, labels = data.test_ids[:200], data.test_labels[:200]  # 3 eval batches, padded
-  for mode in ("single", "keep_only"):
+  # keep_only shares the same prefix code path: checked on one of the two models
+  for mode in ("single", "keep_only") if faithful else ("single",):
     ref = ablation.ablate_heads(tr, states["params"], ids, labels, mode=mode,
                                 method="masked")
     got = ablation.ablate_heads(tr, states["params"], ids, labels, mode=mode,
