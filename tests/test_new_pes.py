@@ -14,8 +14,7 @@ from pe_spectral import config, encodings, positional as P, runner
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# kerple_log is the same class as kerple_power (covered by the oracle tests)
-NEW_PES = ("fire", "xpos", "kerple_power", "p_rope", "cope")
+NEW_PES = ("fire", "xpos", "kerple_log", "kerple_power", "p_rope", "cope")
 
 
 def _cli(module, *args, cwd):

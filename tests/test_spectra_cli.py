@@ -6,16 +6,19 @@ import sys
 
 def test_spectra_cli_writes_json_and_figures(tmp_path):
   out = subprocess.run([sys.executable, "-m", "experiments.spectra", "--n=16,64",
-                        "--pe=alibi,relative,sinusoidal,rope,fire,learned,xpos,cope",
+                        "--pe=all",
                         "--faithful", "--preset=smoke",
                         "--dense_max=32", "--lanczos_steps=20", "--content_samples=1",
                         f"--outdir={tmp_path}"], capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-2000:]
   with open(tmp_path / "spectra.json") as f:
     res = json.load(f)
-  assert {r["pe"] for r in res["toeplitz"]} == {"alibi", "relative", "sinusoidal",
-                                                 "rope", "fire"}
-  assert set(res["no_toeplitz"]) == {"learned", "xpos", "cope"}  # said, not faked
+  from pe_spectral import encodings
+  analysed = {r["pe"] for r in res["toeplitz"]}
+  assert analysed | set(res["no_toeplitz"]) == set(encodings.names())  # the registry's list
+  assert {"alibi", "relative", "sinusoidal", "rope", "fire", "kerple_log", "kerple_power",
+          "p_rope", "mla"} <= analysed
+  assert set(res["no_toeplitz"]) == {"nope", "learned", "xpos", "cope"}  # said, not faked
   assert "content" in res["no_toeplitz"]["cope"]
   assert all(r["contained"] for r in res["toeplitz"])
   # the PE a faithful run trains: ALiBi head 0 has the paper's slope exp(0) = 1
