@@ -474,6 +474,8 @@ class MLA(PositionalEncoding):
   description = "DeepSeek-style multi-head latent attention with decoupled RoPE"
   latent_attention = True
   kinds = ("rotary",)
+  spectral_note = ("faithful mode: the paper's MLA transform is not a rotation (its sines and "
+                   "cosines come from different frequencies), so it has no phase matrix")
   toeplitz_label = "Re of one frequency's phase matrix (θ_1) of the rotary channel"
 
   def validate(self, cfg):
