@@ -42,9 +42,13 @@ def accuracy_curves(records: list[dict], path: str, title: str = "") -> None:
 def spectral_bound_tightness(rows: list[dict], path: str) -> None:
   """Slack of circulant vs Gershgorin enclosures (÷ exact range) per PE, vs n."""
   pes = list(dict.fromkeys(r["pe"] for r in rows))
-  fig, axes = plt.subplots(1, len(pes), figsize=(3.2 * len(pes), 3.2), dpi=110,
+  cols = min(4, len(pes))
+  nrows = -(-len(pes) // cols)
+  fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.0 * nrows), dpi=110,
                            squeeze=False)
-  for ax, pe in zip(axes[0], pes):
+  for ax in axes.flat[len(pes):]:
+    ax.axis("off")
+  for ax, pe in zip(axes.flat, pes):
     sel = [r for r in rows if r["pe"] == pe]
     n = [r["n"] for r in sel]
     span = [max(r["lam_max"] - r["lam_min"], 1e-30) for r in sel]
@@ -58,8 +62,9 @@ def spectral_bound_tightness(rows: list[dict], path: str) -> None:
     ax.set_title(pe, fontsize=9)
     ax.set_xlabel("n")
     ax.grid(alpha=0.3)
-  axes[0][0].set_ylabel("slack ÷ (λmax − λmin)")
-  axes[0][-1].legend(fontsize=6, loc="best")
+  for row in axes:
+    row[0].set_ylabel("slack ÷ (λmax − λmin)")
+  axes.flat[len(pes) - 1].legend(fontsize=6, loc="best")
   fig.suptitle("Certified eigenvalue enclosures (≥ 0 = valid)", fontsize=10)
   fig.tight_layout()
   fig.savefig(path)

@@ -493,7 +493,8 @@ def fire_init(key: jax.Array, num_heads: int, *, hidden: int = 32,
   zero biases) and the unconstrained ``c_raw`` and ``threshold_raw``
   (:func:`fire_constants` maps them to ``c > 0`` and ``L > 0``)."""
   k1, k2 = jax.random.split(key)
-  inv_softplus = lambda y: float(np.log(np.expm1(y)))
+  # softplus⁻¹(y) = y + log(1 - e^-y): no overflow for large y (log(expm1(y)) is inf past ~709)
+  inv_softplus = lambda y: float(y + np.log(-np.expm1(-y)))
   return {
       "fire_w1": jax.random.normal(k1, (hidden,)),
       "fire_b1": jnp.zeros((hidden,)),

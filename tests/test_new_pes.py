@@ -134,6 +134,14 @@ def test_fire_bias_matches_loop_oracle(causal):
   assert float(jnp.abs(got).max()) > 1e-3
 
 
+def test_fire_init_keeps_large_thresholds_finite():
+  """softplus⁻¹ of a long context (4096) must not overflow to an infinite L,
+  which would flatten the bias to f(0) everywhere."""
+  for L in (2.0, 48.0, 4096.0, 1e5):
+    c, got = P.fire_constants(P.fire_init(jax.random.key(0), 2, threshold=L, c=0.1))
+    assert abs(float(got) - L) <= 1e-5 * L and abs(float(c) - 0.1) < 1e-6
+
+
 def test_fire_coeffs_are_the_bias_while_toeplitz_and_the_hook_says_when_not():
   p = _fire_params(jax.random.key(1), L=9.0)
   n = 10  # n - 1 <= L: every query shares the normaliser
