@@ -80,6 +80,19 @@ def load_runs(root: str) -> list[dict]:
   return runs
 
 
+# The paper's claims are statements about named PEs; this table is the one place
+# the report names them (how each PE works is the registry's business).
+CLAIM_PES = {
+    "reference": {False: "rope", True: "rope_sinusoidal"},  # the paper's 'rope', per mode
+    "full_rope": "rope",                # claim a2: full RoPE ...
+    "partial_rope": "partial_rope",     # ... against RoPE on one head
+    "task2": ("mla", "nope"),           # claim b: MLA > NoPE > the reference
+    "driver": ("rope", "rope_sinusoidal", "sinusoidal"),  # claim d: NoPE minus each
+    "deposit_absent": ("nope", "alibi"),  # claim c: no deposit in these ...
+    "deposit_weaker": "mla",              # ... and a weaker one in this
+}
+
+
 def _encoding(pe: str):
   """The registry entry of a run's PE (None for a name no longer registered)."""
   from pe_spectral import encodings
@@ -291,13 +304,14 @@ def claims(runs) -> list[dict]:
   T1, T2 = "distance", "count"
   for faithful in (False, True):
     mode = "faithful" if faithful else "clean"
-    ref_pe = "rope_sinusoidal" if faithful else "rope"
+    ref_pe = CLAIM_PES["reference"][faithful]
     P1 = claim_preset(runs, T1, ref_pe, faithful)
     ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
     rows = []
     if ref is not None:
       others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
-                and r["faithful"] == faithful and r is not ref and r["pe"] != "partial_rope"
+                and r["faithful"] == faithful and r is not ref
+                and "rope_heads" not in getattr(_encoding(r["pe"]), "options", ())
                 and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
       for o in sorted(others, key=lambda o: o["pe"]):
         rows.append((f"{_label(ref)} − {_label(o)}", compare(ref, o)))
@@ -306,9 +320,10 @@ def claims(runs) -> list[dict]:
                          "beats every other PE",
                 "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
                 "rows": rows, "verdict": _combine([p["verdict"] for _, p in rows])})
-    P2 = claim_preset(runs, T1, "rope", faithful)
-    part = find(runs, T1, "partial_rope", preset=P2, faithful=faithful, rope_heads=1)
-    full = find(runs, T1, "rope", preset=P2, faithful=faithful)
+    full_pe, part_pe = CLAIM_PES["full_rope"], CLAIM_PES["partial_rope"]
+    P2 = claim_preset(runs, T1, full_pe, faithful)
+    part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
+    full = find(runs, T1, full_pe, preset=P2, faithful=faithful)
     rows = []
     if part is not None and full is not None:
       p = compare(full, part, margin=CLOSE_MARGIN)
@@ -316,35 +331,36 @@ def claims(runs) -> list[dict]:
       flip = {"reproduced": "refuted", "refuted": "reproduced"}
       p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
            "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"])}
-      rows.append(("rope − partial_rope (k=1)", p))
+      rows.append((f"{full_pe} − {part_pe} (k=1)", p))
     out.append({"id": "a2", "mode": mode, "preset": P2,
                 "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                 "paper": "≈ 90 % vs 92.64 %", "rows": rows,
                 "verdict": _combine([p["verdict"] for _, p in rows])})
     P3 = claim_preset(runs, T2, ref_pe, faithful)
     rope2 = find(runs, T2, ref_pe, preset=P3, faithful=faithful)
-    mla2 = find(runs, T2, "mla", preset=P3, faithful=faithful)
-    nope2 = find(runs, T2, "nope", preset=P3, faithful=faithful)
+    mla_pe, nope_pe = CLAIM_PES["task2"]
+    mla2 = find(runs, T2, mla_pe, preset=P3, faithful=faithful)
+    nope2 = find(runs, T2, nope_pe, preset=P3, faithful=faithful)
     rows = []
     if mla2 is not None and nope2 is not None:
-      rows.append(("mla − nope", compare(mla2, nope2)))
+      rows.append((f"{mla_pe} − {nope_pe}", compare(mla2, nope2)))
     if nope2 is not None and rope2 is not None:
-      rows.append((f"nope − {ref_pe}", compare(nope2, rope2)))
+      rows.append((f"{nope_pe} − {ref_pe}", compare(nope2, rope2)))
     out.append({"id": "b", "mode": mode, "preset": P3, "claim": "Task 2: MLA > NoPE > RoPE",
                 "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
                 "verdict": _combine([p["verdict"] for _, p in rows])
                 if len(rows) == 2 else "not run"})
     rows = []
-    for pe in ("rope", "rope_sinusoidal", "sinusoidal"):
+    for pe in CLAIM_PES["driver"]:
       r = find(runs, T2, pe, preset=P3, faithful=faithful)
       if nope2 is not None and r is not None:
-        rows.append((f"nope − {pe}", compare(nope2, r)))
+        rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
     out.append({"id": "d", "mode": mode, "preset": P3,
                 "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
                 "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
                 "verdict": _driver_verdict(rows) if rows else "not run"})
     dep = {pe: find(runs, T1, pe, preset=DEPOSIT_PRESET, faithful=faithful)
-           for pe in (ref_pe, "nope", "alibi", "mla")}
+           for pe in (ref_pe, *CLAIM_PES["deposit_absent"], CLAIM_PES["deposit_weaker"])}
     rows = [(pe, deposit_rule(r["ablation"]), r) for pe, r in dep.items()
             if r is not None and r.get("ablation")]
     out.append({"id": "c", "mode": mode, "preset": DEPOSIT_PRESET,
@@ -384,11 +400,12 @@ def _deposit_verdict(rows, ref_pe) -> str:
   if not main:
     return "refuted"
   checks = []
-  for pe in ("nope", "alibi"):
+  for pe in CLAIM_PES["deposit_absent"]:
     if pe in d:
       checks.append(d[pe]["fraction"] < DEPOSIT_SEED_FRAC - 1e-9)
-  if "mla" in d:
-    checks.append(d["mla"]["fraction"] < d[ref_pe]["fraction"])
+  weaker = CLAIM_PES["deposit_weaker"]
+  if weaker in d:
+    checks.append(d[weaker]["fraction"] < d[ref_pe]["fraction"])
   if len(checks) < 3:
     return "inconclusive (controls missing)" if all(checks) else "refuted"
   return "reproduced" if all(checks) else "refuted"
@@ -398,7 +415,7 @@ def chance_and_ceiling(task, preset, ceil):
   """``(classes, chance %, ceiling % or None, permutation-invariant ceiling % or
   None)`` of a preset's data (Task 1 ceilings from ``ceil``, Task 2: 100 %)."""
   from pe_spectral import config as configs
-  n = configs.build(preset, task, "nope").task.num_labels
+  n = configs.task_config(preset, task).num_labels
   if task == "count":
     return n, 100 / n, 100.0, None
   c = ceil.get(preset)
@@ -495,13 +512,13 @@ def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
   from pe_spectral import config as configs
   rows, seen = [], set()
   for p in sorted({r["preset"] for r in runs if r["task"] == task}):
-    t = configs.build(p, task, "nope").task
+    t = configs.task_config(p, task)
     key = json.dumps(t.to_dict(), sort_keys=True)
     if key in seen:
       continue  # presets with the same data share their reference rows
     seen.add(key)
     names = ", ".join(q for q in sorted({r["preset"] for r in runs if r["task"] == task})
-                      if json.dumps(configs.build(q, task, "nope").task.to_dict(),
+                      if json.dumps(configs.task_config(q, task).to_dict(),
                                     sort_keys=True) == key)
     _, chance, top, perm = chance_and_ceiling(task, p, ceil)
     rows.append((f"chance ({names})", chance))
@@ -636,7 +653,7 @@ def _ceilings(runs, n_examples) -> dict:
   from pe_spectral import ceilings, tasks
   out, by_data = {}, {}
   for p in sorted({r["preset"] for r in runs if r["task"] == "distance"}):
-    cfg = configs.build(p, "distance", "nope").task
+    cfg = configs.task_config(p, "distance")
     key = json.dumps(cfg.to_dict(), sort_keys=True)
     if key not in by_data:
       d = tasks.generate(cfg)

@@ -131,6 +131,13 @@ class RunConfig:
                TrainConfig(**d["train"]))
 
 
+def task_config(preset: str, task: str, data_seed: int = 0) -> TaskConfig:
+  """The task generator config of ``preset`` (the same for every PE)."""
+  if preset not in PRESET_NAMES:
+    raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
+  return TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
+
+
 def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           rope_heads: Optional[int] = None, data_seed: int = 0,
           epochs: Optional[int] = None, steps: Optional[int] = None,
@@ -143,7 +150,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   below it (:class:`~pe_spectral.model.ModelConfig`)."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
-  task_cfg = TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
+  task_cfg = task_config(preset, task, data_seed)
   train_kw = train_settings(preset, pe, faithful)
   for name, val in (("epochs", epochs), ("steps", steps),
                     ("batch_size", batch_size), ("learning_rate", learning_rate)):
