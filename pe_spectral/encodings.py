@@ -197,10 +197,6 @@ def _symmetric(coeffs):
   return 0.5 * (coeffs + coeffs[..., ::-1])
 
 
-def _inv_softplus(y: float) -> float:
-  return math.log(math.expm1(y))
-
-
 # ----------------------------------------------------------------------------
 # The encodings.
 # ----------------------------------------------------------------------------
@@ -226,9 +222,8 @@ class Sinusoidal(PositionalEncoding):
   def toeplitz_coeffs(self, cfg, params, seq_len):
     if cfg.d_model % 2:
       return None
-    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
-    omega = jnp.asarray(P.rope_inverse_frequencies(cfg.d_model, cfg.rope_base), jnp.float32)
-    return jnp.cos(k[:, None] * omega).sum(-1)[None]
+    from pe_spectral import spectral
+    return spectral.sinusoidal_gram_coeffs(seq_len, cfg.d_model, cfg.rope_base)[None]
 
 
 class Learned(PositionalEncoding):
@@ -266,13 +261,6 @@ class Relative(PositionalEncoding):
   def table_reach(self, cfg):
     return cfg.relative_distance
 
-  def _index(self, cfg, offsets):
-    r = cfg.relative_distance
-    if cfg.relative_buckets is None:
-      return jnp.clip(offsets, -r, r) + r
-    return P.relative_position_bucket(offsets, num_buckets=cfg.relative_buckets,
-                                      max_distance=r)
-
   takes_positions = True
 
   def bias(self, cfg, params, seq_len, positions=None):
@@ -282,7 +270,9 @@ class Relative(PositionalEncoding):
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     # bias[i, j] = table[index(j - i)]: coefficient t_k (k = j - i) per head
-    idx = self._index(cfg, jnp.arange(-(seq_len - 1), seq_len))
+    idx = P.relative_table_index(jnp.arange(-(seq_len - 1), seq_len),
+                                 max_distance=cfg.relative_distance,
+                                 num_buckets=cfg.relative_buckets)
     return _symmetric(params["rel_table"][idx].T)
 
 
@@ -301,9 +291,7 @@ class Alibi(PositionalEncoding):
   takes_positions = True
 
   def bias(self, cfg, params, seq_len, positions=None):
-    if positions is not None:
-      return -self.slopes(cfg)[:, None, None] * P.distances(positions, causal=cfg.causal)
-    return P.alibi_bias(seq_len, self.slopes(cfg), causal=cfg.causal)
+    return P.alibi_bias(seq_len, self.slopes(cfg), causal=cfg.causal, positions=positions)
 
   def run_label(self, model):
     slopes = model.get("alibi_slopes")  # set explicitly, not the mode's default
@@ -332,7 +320,7 @@ class Kerple(PositionalEncoding):
 
   def layer_params(self, cfg, next_key):
     # unconstrained; r1 = softplus -> 1 and r2 -> 1 at init for every head
-    one = _inv_softplus(1.0)
+    one = P.inv_softplus(1.0)
     return {"kerple_r1": jnp.full((cfg.num_heads,), one),
             "kerple_r2": jnp.full((cfg.num_heads,), one if self.kind == "log" else 0.0)}
 

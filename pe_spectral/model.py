@@ -258,6 +258,13 @@ PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base",
               "alibi_slopes", "cope_positions")
 
 
+def _drawn(positions) -> bool:
+  """Randomized positions (a traced array), as opposed to None or the plain
+  NumPy ``0..n-1`` that ``context`` passes; only then do hooks get ``positions=``,
+  so a PE without ``takes_positions`` never sees the argument."""
+  return positions is not None and not isinstance(positions, np.ndarray)
+
+
 class _Block(nnx.Module):
   """One pre-LN block."""
 
@@ -297,7 +304,7 @@ class _Block(nnx.Module):
     """Additive logit bias ``[heads, seq, seq]`` of this layer, or None.
     ``positions``: the tokens' positions when they are not ``0..seq-1``
     (randomized positions); a NumPy array means the plain ones."""
-    if positions is None or isinstance(positions, np.ndarray):
+    if not _drawn(positions):
       return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
     return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len, positions=positions)
 
@@ -373,7 +380,7 @@ class TransformerClassifier(nnx.Module):
     seq_len = ids.shape[1]
     e = self.embed(ids)
     params = {name: getattr(self, name)[...] for name in self.pe_param_names}
-    if positions is None or isinstance(positions, np.ndarray):
+    if not _drawn(positions):
       table = cfg.encoding.input_table(cfg, params, seq_len)
     else:
       table = cfg.encoding.input_table(cfg, params, seq_len, positions=positions)

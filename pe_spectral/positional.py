@@ -30,7 +30,8 @@ __all__ = [
     "Rotation", "PaperMLARotation", "paper_mla_rotary", "xpos_scale", "XPos",
     "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
     "cope_positions", "cope_bias", "kerple_of_distance",
-    "random_positions", "sinusoidal_at", "distances",
+    "random_positions", "sinusoidal_at", "distances", "relative_table_index",
+    "inv_softplus",
 ]
 
 
@@ -292,17 +293,15 @@ def alibi_slopes_paper(num_heads: int) -> jax.Array:
 
 
 def alibi_bias(seq_len: int, slopes: jax.Array, *,
-               causal: bool = False) -> jax.Array:
+               causal: bool = False, positions: Optional[jax.Array] = None) -> jax.Array:
   """ALiBi bias ``[heads, seq_len, seq_len]`` (``[seq_len, seq_len]`` for a scalar slope).
 
-  ``bias[h, i, j] = -slopes[h] * |i - j|``. With ``causal=True`` the entries for
+  ``bias[h, i, j] = -slopes[h] * |p_i - p_j|`` with positions ``p`` (default
+  ``0..seq_len-1``; :func:`distances`). With ``causal=True`` the entries for
   ``j <= i`` are the same and the entries above the diagonal are 0 (the
   pre-mask Toeplitz form); masking future keys is the attention mask's job.
   """
-  pos = jnp.arange(seq_len)
-  dist = jnp.abs(pos[:, None] - pos[None, :]).astype(jnp.float32)
-  if causal:
-    dist = jnp.where(pos[None, :] <= pos[:, None], dist, 0.0)
+  dist = distances(jnp.arange(seq_len) if positions is None else positions, causal=causal)
   slopes = jnp.asarray(slopes, jnp.float32)
   return -slopes[..., None, None] * dist
 
@@ -374,12 +373,18 @@ def relative_bias_from_table(table: jax.Array, seq_len: int, *,
   else:  # offsets of arbitrary (e.g. randomized) positions
     pos = jnp.asarray(positions, jnp.int32)
     rel = pos[None, :] - pos[:, None]
-  if num_buckets is None:
-    idx = jnp.clip(rel, -max_distance, max_distance) + max_distance
-  else:
-    idx = relative_position_bucket(rel, num_buckets=num_buckets,
-                                   max_distance=max_distance)
+  idx = relative_table_index(rel, max_distance=max_distance, num_buckets=num_buckets)
   return jnp.moveaxis(table[idx], -1, 0)
+
+
+def relative_table_index(offsets, *, max_distance: int,
+                         num_buckets: Optional[int] = None) -> jax.Array:
+  """The table row of each key-minus-query offset: the offset clipped to
+  ``±max_distance`` (shifted to ``0..2 max_distance``), or its T5 bucket."""
+  if num_buckets is None:
+    return jnp.clip(offsets, -max_distance, max_distance) + max_distance
+  return relative_position_bucket(offsets, num_buckets=num_buckets,
+                                  max_distance=max_distance)
 
 
 # ----------------------------------------------------------------------------
@@ -481,6 +486,13 @@ class XPos:
 # FIRE (Li et al. 2023, arXiv 2310.04418): functional interpolation.
 # ----------------------------------------------------------------------------
 
+def inv_softplus(y: float) -> float:
+  """``softplus⁻¹(y) = y + log(1 - e^-y)`` for ``y > 0``: the raw value a
+  softplus-constrained parameter starts from. Written so that it does not
+  overflow for large ``y`` (``log(expm1(y))`` is inf past ~709)."""
+  return float(y + np.log(-np.expm1(-y)))
+
+
 def fire_psi(x, c):
   """FIRE's monotone transform ``ψ(x) = log(c x + 1)``."""
   return jnp.log(c * x + 1.0)
@@ -493,8 +505,6 @@ def fire_init(key: jax.Array, num_heads: int, *, hidden: int = 32,
   zero biases) and the unconstrained ``c_raw`` and ``threshold_raw``
   (:func:`fire_constants` maps them to ``c > 0`` and ``L > 0``)."""
   k1, k2 = jax.random.split(key)
-  # softplus⁻¹(y) = y + log(1 - e^-y): no overflow for large y (log(expm1(y)) is inf past ~709)
-  inv_softplus = lambda y: float(y + np.log(-np.expm1(-y)))
   return {
       "fire_w1": jax.random.normal(k1, (hidden,)),
       "fire_b1": jnp.zeros((hidden,)),

@@ -221,11 +221,14 @@ def test_cope_bias_interpolates_and_masks():
   want = np.array([[float(q[0, i, 0] @ emb[abs(i - j) + 1]) for j in range(n)]
                    for i in range(n)])
   np.testing.assert_allclose(got, want, rtol=1e-5)
-  # fractional position 1.5 (two gates 0.5, 1 ... ) interpolates halfway
-  p = jnp.asarray(1.5)
-  lo, hi = q[0, 0, 0] @ emb[1], q[0, 0, 0] @ emb[2]
-  assert abs(float(0.5 * lo + 0.5 * hi) - float(jnp.interp(p, jnp.arange(8.0),
-                                                             (q[0, 0, 0] @ emb.T)))) < 1e-4
+  # fractional positions interpolate: q ⟂ k makes every gate σ(0) = 1/2, so query 0
+  # and key 2 are 1.5 apart and the term is halfway between q·e[1] and q·e[2]
+  # (the check above only ever hit integer positions)
+  q_half = jnp.zeros((1, n, 1, d)).at[..., 0].set(10.0)
+  k_half = jnp.zeros((1, n, 1, d)).at[..., 1].set(10.0)
+  half = np.asarray(P.cope_bias(q_half, k_half, emb, scale=1.0))[0, 0]
+  z = lambda idx: float(q_half[0, 0, 0] @ emb[idx])
+  assert abs(half[0, 2] - (0.5 * z(1) + 0.5 * z(2))) < 1e-5
   mask = jnp.asarray([True, False, True, True, True])[None, None, None, :]
   m = np.asarray(P.cope_bias(q, k, emb, scale=1.0, mask=mask))[0, 0]
   assert abs(m[0, 2] - float(q[0, 0, 0] @ emb[2])) < 1e-4  # key 1 not counted: p = 2
