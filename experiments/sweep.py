@@ -66,6 +66,11 @@ flags.DEFINE_integer("seed_group", None,
 flags.DEFINE_integer("record_spectra", 0,
                      "If > 0: at each eval, record per-layer/head logit spectra on "
                      "this many fixed test examples into spectra.jsonl.")
+flags.DEFINE_integer("record_curvature", 0,
+                     "If > 0, at each evaluation record the training loss's curvature "
+                     "(top Hessian eigenvalue, Adam-preconditioned sharpness, "
+                     "gradient norm) on this many fixed training examples "
+                     "into curvature.jsonl.")
 flags.DEFINE_bool("distributed", False,
                   "Call jax.distributed.initialize() first (multi-host: TPU pod "
                   "slices and SLURM are auto-detected; run the same command on "
@@ -124,6 +129,8 @@ def plan_runs():
     raise UsageError(f"--seed_group {FLAGS.seed_group} must divide --seeds {FLAGS.seeds}")
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
+  if FLAGS.record_curvature < 0:
+    raise UsageError("--record_curvature must be >= 0")
   if FLAGS.learning_rate is not None and not (math.isfinite(FLAGS.learning_rate)
                                                and FLAGS.learning_rate > 0):
     raise UsageError(f"--learning_rate must be a finite number > 0, got {FLAGS.learning_rate}")
@@ -275,6 +282,7 @@ def main(argv):
       with _StopOnCtrlC() as ctrl_c:
         s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
                        resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
+                       record_curvature=FLAGS.record_curvature,
                        progress=None if quiet else _progress(tag),
                        seed_group=resolve_seed_group(FLAGS.seed_group),
                        should_stop=lambda: ctrl_c.requested)

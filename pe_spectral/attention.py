@@ -41,11 +41,16 @@ def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
 
 def attention_logits(q: jax.Array, k: jax.Array, *,
                      bias: Optional[jax.Array] = None,
-                     scale: Optional[float] = None) -> jax.Array:
-  """Scaled logits ``[batch, heads, q, k]`` = ``q k^T * scale + bias`` (pre-mask)."""
+                     scale: Optional[float] = None,
+                     factor: Optional[jax.Array] = None) -> jax.Array:
+  """Scaled logits ``[batch, heads, q, k]`` = ``(q k^T * scale) ∘ factor + bias``
+  (pre-mask; ``factor``: a multiplicative coupling such as a decay
+  ``ρ^{|i-j|}``, broadcastable to the logits)."""
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+  if factor is not None:
+    logits = logits * factor
   if bias is not None:
     logits = logits + bias
   return logits
@@ -57,7 +62,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
               head_mask: Optional[jax.Array] = None,
               scale: Optional[float] = None,
               dropout_rate: float = 0.0,
-              dropout_key: Optional[jax.Array] = None) -> jax.Array:
+              dropout_key: Optional[jax.Array] = None,
+              factor: Optional[jax.Array] = None) -> jax.Array:
   """Softmax attention.
 
   Differentiated by a hand-written VJP (:func:`_attend`; the gradient of plain
@@ -81,6 +87,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
     scale: logit scale; default ``1/sqrt(d_qk)``.
     dropout_rate: dropout on the attention probabilities (needs ``dropout_key``).
     dropout_key: PRNG key for that dropout; None disables it.
+    factor: multiplicative factor on the content logits ``q k^T * scale``
+      (before ``bias`` is added), broadcastable to ``[batch, heads, q, k]``:
+      a multiplicative positional coupling (e.g. ``ρ^{|i-j|}``); None = 1.
 
   Returns:
     ``[batch, q_len, heads, d_v]``.
@@ -93,28 +102,29 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
   if speed.enabled():
-    out = _attend(q, k, v, bias, mask, dropout_key, float(scale), float(dropout_rate))
+    out = _attend(q, k, v, bias, factor, mask, dropout_key, float(scale),
+                  float(dropout_rate))
   else:  # the reference: plain autodiff (forward mode works)
-    out = _attend_fwd(q, k, v, bias, mask, dropout_key, float(scale),
+    out = _attend_fwd(q, k, v, bias, factor, mask, dropout_key, float(scale),
                       float(dropout_rate))[0]
   if head_mask is not None:
     out = _mask_heads(out, head_mask)
   return out
 
 
-def softmax_probs(q, k, bias, mask, scale, dtype):
+def softmax_probs(q, k, bias, mask, scale, dtype, factor=None):
   """Softmax probabilities ``[batch, heads, q, k]`` (float32 softmax): the one
-  place where :func:`attention` turns logits ``q k^T * scale + bias`` into
-  probabilities (tests capture the model's real logits here)."""
-  logits = attention_logits(q * scale, k, bias=bias, scale=1.0)
+  place where :func:`attention` turns logits ``(q k^T * scale) ∘ factor + bias``
+  into probabilities (tests capture the model's real logits here)."""
+  logits = attention_logits(q * scale, k, bias=bias, scale=1.0, factor=factor)
   if mask is not None:
     logits = jnp.where(mask, logits, _MASK_VALUE)
   return jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _attend(q, k, v, bias, mask, key, scale, rate):
-  return _attend_fwd(q, k, v, bias, mask, key, scale, rate)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _attend(q, k, v, bias, factor, mask, key, scale, rate):
+  return _attend_fwd(q, k, v, bias, factor, mask, key, scale, rate)[0]
 
 
 def _hm(x):
@@ -122,14 +132,14 @@ def _hm(x):
   return x.transpose(0, 2, 1, 3)
 
 
-def _attend_fwd(q, k, v, bias, mask, key, scale, rate):
-  p = softmax_probs(q, k, bias, mask, scale, v.dtype)
+def _attend_fwd(q, k, v, bias, factor, mask, key, scale, rate):
+  p = softmax_probs(q, k, bias, mask, scale, v.dtype, factor=factor)
   out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, rate, key), _hm(v)))
-  return out, (q, k, v, bias, mask, key, p, out)
+  return out, (q, k, v, bias, factor, mask, key, p, out)
 
 
 def _attend_bwd(scale, rate, res, d_out):
-  q, k, v, bias, mask, key, p, out = res
+  q, k, v, bias, factor, mask, key, p, out = res
   d_out_h = _hm(d_out)
   d_v = _hm(jnp.einsum("bhqk,bhqd->bhkd", dropout(p, rate, key), d_out_h))
   # d(dropped probs), then through the dropout mask (same key: same mask).
@@ -139,10 +149,16 @@ def _attend_bwd(scale, rate, res, d_out):
   d_logits = p * (d_p - row.astype(p.dtype))
   if mask is not None:
     d_logits = jnp.where(mask, d_logits, jnp.zeros_like(d_logits))
+  d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
+  d_factor = None
+  if factor is not None:
+    # unused (and removed by XLA) when the factor is a constant
+    content = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k)
+    d_factor = _sum_to_shape(d_logits * content, factor.shape).astype(factor.dtype)
+    d_logits = d_logits * factor
   d_q = _hm(jnp.einsum("bhqk,bhkd->bhqd", d_logits, _hm(k))) * scale
   d_k = _hm(jnp.einsum("bhqk,bhqd->bhkd", d_logits, _hm(q * scale)))
-  d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
-  return d_q, d_k, d_v, d_bias, None, None
+  return d_q, d_k, d_v, d_bias, d_factor, None, None
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -274,18 +290,19 @@ class MultiHeadAttention(nnx.Module):
     return q, k
 
   def head_outputs(self, x_q, x_kv, *, positions, bias=None, mask=None,
-                   dropout_key=None, bias_fn=None):
+                   dropout_key=None, bias_fn=None, factor=None):
     """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``).
 
     ``bias_fn(q, k)`` adds a logit term computed from the queries and keys
-    (a contextual PE such as CoPE) to ``bias``."""
+    (a contextual PE such as CoPE) to ``bias``; ``factor`` multiplies the
+    content logits (:func:`attention`)."""
     q, k = self.project_qk(x_q, x_kv, positions)
     if bias_fn is not None:
       extra = bias_fn(q, k)
       bias = extra if bias is None else bias + extra
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
-                     dropout_key=dropout_key)
+                     dropout_key=dropout_key, factor=factor)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""

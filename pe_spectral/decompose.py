@@ -14,9 +14,14 @@ For a checkpoint and a batch of real inputs, per seed, layer and head:
   RoPE, p-RoPE, rope_sinusoidal, clean MLA's channel): the Hadamard form
   ``Re Σ_j (z_j w_j*) ∘ G_θj`` equals ``L``; the same layer's logits with the
   rotation removed (θ = 0, same inputs) are the content-only counterpart;
+* **decay form** (a PE with a ``logit_factor``: ``alibi_multiplicative``):
+  ``L = (q k^T/sqrt d) ∘ ρ^{|i-j|} + B``; its counterpart ``L_θ0`` is the same
+  logits with ``ρ = 1``;
 * spectral measures: singular values of the row-centred logits, spectrum of
-  the symmetric part, spread, stable rank, Toeplitz defect, and the
-  contraction ratio spread(S(L)) / spread(S(L_θ0)) per head.
+  the symmetric part, spread, stable rank, Toeplitz defect, the
+  contraction ratio spread(S(L)) / spread(S(L_θ0)) per head (multiplicative
+  PEs: the rotation or decay against none) and the widening ratio
+  spread(S(L)) / spread(S(L - B)) (additive PEs: the bias against none).
 
 Padding (clean mode) is handled by zeroing masked rows and columns of the
 row-centred matrices: it adds zero eigen/singular values, nothing else.
@@ -84,11 +89,15 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   if not cfg.is_mla and "contextual" in cfg.encoding.kinds:
     # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
     bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
+  # a multiplicative decay (alibi_multiplicative): the θ = 0 / ρ = 1
+  # counterpart drops it, as it drops a rotation
+  factor = block.logit_factor(n)
   logits_theta0 = gram(q, k) + bias
   out = {"G_cc": gram(q_c, k_c), "G_cp": gram(q_c, k_p), "G_pc": gram(q_p, k_c),
          "G_pp": gram(q_p, k_p), "B": jnp.broadcast_to(bias, logits_theta0.shape),
          "logits_theta0": logits_theta0}
-  out["logits"] = gram(q_rot, k_rot) + bias
+  content = gram(q_rot, k_rot)
+  out["logits"] = (content if factor is None else content * factor) + bias
   qh, kh = jnp.moveaxis(q, 2, 1), jnp.moveaxis(k, 2, 1)  # [b, h, n, d]
   freqs = cfg.rotary_frequencies()  # None unless the q/k transform is a rotation
   if cfg.is_mla:
@@ -134,6 +143,7 @@ def _layer_summary(graphdef, params, ids, layer: int):
       # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
       "bias_spread": spread[2],
       "without_bias_spread": spread[3],
+      "widening_ratio": spread[0] / jnp.maximum(spread[3], 1e-30),
       "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
                      for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B", "mla_content",
                                "mla_rotary") if k in t},

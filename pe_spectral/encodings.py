@@ -11,6 +11,8 @@ this module switches on a PE's name:
   on how many heads (RoPE, partial RoPE, p-RoPE, xPos, MLA's rotary channel);
 * ``content_bias`` -- a logit term computed from the layer's queries and keys
   (CoPE's contextual positions); it has no Toeplitz form;
+* ``logit_factor`` -- a per-layer multiplicative factor ``[heads, n, n]`` on
+  the content logits (``alibi_multiplicative``'s decay ``ρ^{|i-j|}``);
 * ``toeplitz_coeffs`` -- the Hermitian Toeplitz coefficients of the PE's
   position matrix (the bias's symmetric part, the input table's Gram, or one
   rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
@@ -69,6 +71,11 @@ class PositionalEncoding:
   takes_positions: bool = False
   options: tuple[str, ...] = ()
   spectral_note: str = ""
+  # How position couples with content in the logits, declared: "multiplicative"
+  # (a Hadamard product with a PSD unit-diagonal Toeplitz matrix: Schur
+  # contraction), "additive" (a Toeplitz bias: Weyl can widen), or "" (none,
+  # absolute, or neither form).
+  coupling: str = ""
 
   # --- what it is ---------------------------------------------------------
   @property
@@ -85,6 +92,8 @@ class PositionalEncoding:
       out.append("rotary")
     if cls.content_bias is not base.content_bias:
       out.append("contextual")
+    if cls.logit_factor is not base.logit_factor:
+      out.append("factor")
     return tuple(out)
 
   def validate(self, cfg) -> None:
@@ -121,6 +130,12 @@ class PositionalEncoding:
   def content_bias(self, cfg, params: dict, q, k, mask) -> Optional[jax.Array]:
     """A logit term ``[batch, heads, q, k]`` from the layer's (transformed)
     queries/keys ``[batch, seq, heads, d]`` and its attention ``mask``, or None."""
+    return None
+
+  def logit_factor(self, cfg, params: dict, seq_len: int,
+                   positions=None) -> Optional[jax.Array]:
+    """One layer's multiplicative factor ``[heads, seq_len, seq_len]`` on the
+    content logits ``q k^T / sqrt(d)`` (applied before any bias), or None."""
     return None
 
   # --- q/k transform --------------------------------------------------------
@@ -249,6 +264,7 @@ class Learned(PositionalEncoding):
 
 class Relative(PositionalEncoding):
   name = "relative"
+  coupling = "additive"
   description = ("learned per-layer per-head scalar bias per clipped offset "
                  "(T5 log-buckets optional)")
   toeplitz_label = "symmetric part of the bias"
@@ -278,6 +294,7 @@ class Relative(PositionalEncoding):
 
 class Alibi(PositionalEncoding):
   name = "alibi"
+  coupling = "additive"
   description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
   options = ("alibi_slopes",)
   toeplitz_label = "symmetric ALiBi bias"
@@ -310,6 +327,7 @@ class Alibi(PositionalEncoding):
 
 class Kerple(PositionalEncoding):
   toeplitz_label = "KERPLE bias"
+  coupling = "additive"
 
   def __init__(self, kind: str):
     self.kind = kind
@@ -340,6 +358,7 @@ class Kerple(PositionalEncoding):
 
 class Fire(PositionalEncoding):
   name = "fire"
+  coupling = "additive"
   description = ("FIRE: f_θ(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx+1), per-layer MLP, "
                  "learned c and L")
   options = ("fire_hidden",)
@@ -381,6 +400,8 @@ class Rotary(PositionalEncoding):
     self.input_sinusoid = input_sinusoid
     self.options = (("rope_fraction",) if fraction_option else ()) + (
         ("rope_heads",) if partial else ())
+    # the input sinusoid adds absolute terms: neither pure form
+    self.coupling = "" if input_sinusoid else "multiplicative"
 
   def validate(self, cfg):
     if self.partial and not 0 <= cfg.rope_heads <= cfg.num_heads:
@@ -435,6 +456,7 @@ class XPosEncoding(Rotary):
     super().__init__("xpos", "xPos: RoPE with per-pair decay ζ_i^((n-m)/scale_base) "
                      "(one-sided: keys ahead are amplified in bidirectional attention)")
     self.options = ("xpos_gamma", "xpos_scale_base")
+    self.coupling = "multiplicative"  # a Hadamard form, but not unit-modulus
     self.spectral_note = ("xPos' phase factors ζ^(n-m) e^{i(n-m)θ} are not unit-modulus: "
                           "no Schur contraction, and no Hadamard form is checked")
 
@@ -521,6 +543,96 @@ class CoPE(PositionalEncoding):
                        mask=mask, causal=cfg.causal)
 
 
+class RopeAdditive(PositionalEncoding):
+  """RoPE's kernel, coupled additively: ``Σ_k w_{h,k} cos((i-j)θ_k)``.
+
+  The same frequencies ``θ_k`` as :class:`Rotary` (``rope_base``, head width),
+  but added to the logits as a content-free Toeplitz bias with learned
+  per-layer, per-head weights instead of multiplying the content Gram.
+
+  Initialisation: ``w ~ N(0, σ²)`` with ``σ = s * sqrt(2 / pairs)``, where ``s``
+  is the standard deviation of the content logits ``q·k/sqrt(d)`` at
+  initialisation (1 for the clean LeCun init on layer-normed inputs, 1/3 for
+  PyTorch's U(±1/sqrt(fan_in)) init). Then the bias at a non-zero offset has
+  standard deviation ``s`` over draws (``Σ_k cos² ≈ pairs/2``): position enters
+  at the same scale as RoPE's logits do at init.
+  """
+  name = "rope_additive"
+  description = ("RoPE's cosines as an additive bias: sum_k w_hk cos((i-j) θ_k), "
+                 "learned per-layer per-head w (the additive twin of rope)")
+  coupling = "additive"
+  takes_positions = True
+  toeplitz_label = "additive cosine bias (head 0)"
+
+  def validate(self, cfg):
+    if cfg.head_dim % 2:
+      raise ValueError(f"rope_additive needs an even head_dim (RoPE's pairs); "
+                       f"d_model/num_heads = {cfg.head_dim}")
+
+  def frequencies(self, cfg) -> np.ndarray:
+    """RoPE's inverse frequencies ``[head_dim/2]`` for this model."""
+    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+
+  def init_std(self, cfg) -> float:
+    logit_std = 1.0 / 3.0 if cfg.init == "torch" else 1.0
+    return logit_std * math.sqrt(2.0 / (cfg.head_dim // 2))
+
+  def layer_params(self, cfg, next_key):
+    pairs = cfg.head_dim // 2
+    return {"rope_cos_w": self.init_std(cfg)
+            * jax.random.normal(next_key(), (cfg.num_heads, pairs))}
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    return P.rotary_cos_bias(params["rope_cos_w"], self.frequencies(cfg), seq_len,
+                             positions=positions)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    return P.rotary_cos_coeffs(params["rope_cos_w"], self.frequencies(cfg), seq_len)
+
+
+class AlibiMultiplicative(Alibi):
+  """ALiBi's kernel, coupled multiplicatively: logits ``(q·k/sqrt(d)) ρ_h^{|i-j|}``.
+
+  ``ρ_h = exp(-m_h)`` with ALiBi's own slopes ``m_h`` (the mode's scheme), so
+  both members of the pair apply the same distance kernel ``e^{-m_h|i-j|}``:
+  ALiBi to the unnormalised attention weights (``exp(logit - m|i-j|)``), this
+  PE to the logits. ``F = [ρ^{|i-j|}]`` is a Kac-Murdock-Szegő matrix:
+  positive definite with unit diagonal for ``0 < ρ < 1``, so Schur's theorem
+  bounds ``λ_max(F ∘ G) <= max_i G_ii`` for a PSD content Gram ``G``.
+  Nothing is learned (as ALiBi).
+  """
+  name = "alibi_multiplicative"
+  description = ("ALiBi's kernel as a Hadamard factor: logits times rho_h^|i-j|, "
+                 "rho_h = exp(-m_h) (the multiplicative twin of alibi)")
+  coupling = "multiplicative"
+  toeplitz_label = "KMS factor ρ^|k| (head 0)"
+
+  def validate(self, cfg):
+    if cfg.causal:
+      raise ValueError("alibi_multiplicative is defined for bidirectional attention "
+                       "(its KMS factor is symmetric); causal=True is not supported")
+
+  def rhos(self, cfg) -> jax.Array:
+    """``[num_heads]`` decay rates ``exp(-m_h)``."""
+    return P.decay_rates(self.slopes(cfg))
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    return None
+
+  def bias_extremes(self, cfg, seq_len):
+    return None
+
+  def logit_factor(self, cfg, params, seq_len, positions=None):
+    return P.decay_factor(seq_len, self.rhos(cfg), positions=positions)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    return P.decay_coeffs(seq_len, self.rhos(cfg))
+
+  @property
+  def kinds(self):
+    return ("factor",)
+
+
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
@@ -530,7 +642,7 @@ for _enc in (
     Kerple("log"), Kerple("power"),
     Rotary("p_rope", "p-RoPE: rotary on the highest rope_fraction of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
-    MLA(), Fire(), XPosEncoding(), CoPE(),
+    MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
 ):
   register(_enc)
 del _enc

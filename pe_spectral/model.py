@@ -308,6 +308,14 @@ class _Block(nnx.Module):
       return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len)
     return self.cfg.encoding.bias(self.cfg, self.pe_params(), seq_len, positions=positions)
 
+  def logit_factor(self, seq_len: int, positions=None) -> Optional[jax.Array]:
+    """Multiplicative factor ``[heads, seq, seq]`` on this layer's content
+    logits, or None (``positions``: as for :meth:`bias`)."""
+    if not _drawn(positions):
+      return self.cfg.encoding.logit_factor(self.cfg, self.pe_params(), seq_len)
+    return self.cfg.encoding.logit_factor(self.cfg, self.pe_params(), seq_len,
+                                          positions=positions)
+
   def content_bias(self, q, k, mask) -> Optional[jax.Array]:
     """The PE's logit term from this layer's queries/keys (CoPE), or None."""
     return self.cfg.encoding.content_bias(self.cfg, self.pe_params(), q, k, mask)
@@ -328,7 +336,8 @@ class _Block(nnx.Module):
     if "contextual" in self.cfg.encoding.kinds:
       bias_fn = lambda q, k: self.content_bias(q, k, mask)
     return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
-                                  mask=mask, dropout_key=key, bias_fn=bias_fn)
+                                  mask=mask, dropout_key=key, bias_fn=bias_fn,
+                                  factor=self.logit_factor(x.shape[1], positions))
 
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)

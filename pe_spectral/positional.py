@@ -25,7 +25,8 @@ __all__ = [
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
     "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
-    "yarn_attention_factor", "rope_inverse_frequencies", "p_rope_frequencies",
+    "yarn_attention_factor", "rope_inverse_frequencies", "rotary_cos_bias",
+    "rotary_cos_coeffs", "decay_rates", "decay_factor", "decay_coeffs", "p_rope_frequencies",
     "kerple_bias", "kerple_coeffs", "kerple_params",
     "Rotation", "PaperMLARotation", "paper_mla_rotary", "xpos_scale", "XPos",
     "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
@@ -644,3 +645,84 @@ def distances(positions: jax.Array, *, causal: bool = False) -> jax.Array:
     n = pos.shape[0]
     d = jnp.where(jnp.arange(n)[None, :] <= jnp.arange(n)[:, None], d, 0.0)
   return d
+
+
+# ----------------------------------------------------------------------------
+# The coupling controls: one kernel, coupled the other way.
+# ----------------------------------------------------------------------------
+
+def _check_heads_matrix(name: str, x, axis_len: Optional[int] = None) -> jax.Array:
+  x = jnp.asarray(x)
+  if x.ndim != 2 or (axis_len is not None and x.shape[1] != axis_len):
+    want = f"[heads, {axis_len}]" if axis_len is not None else "[heads, pairs]"
+    raise ValueError(f"{name} must be {want}, got shape {x.shape}")
+  return x
+
+
+def rotary_cos_bias(weights: jax.Array, inv_freq, seq_len: int, *,
+                    positions: Optional[jax.Array] = None) -> jax.Array:
+  """The additive twin of RoPE: ``bias[h, i, j] = Σ_k w[h, k] cos((p_i - p_j) θ_k)``.
+
+  RoPE multiplies the content Gram by the phases ``e^{i(m-n)θ_k}``; this adds
+  a Toeplitz bias built from the same cosines (RoPE's own frequencies
+  ``inv_freq [pairs]``) with content-free weights ``weights [heads, pairs]``.
+
+  Returns ``[heads, seq_len, seq_len]`` float32 (symmetric in i, j).
+  """
+  inv_freq = jnp.asarray(inv_freq, jnp.float32)
+  weights = _check_heads_matrix("weights", weights, inv_freq.shape[0])
+  pos = jnp.arange(seq_len) if positions is None else positions
+  pos = jnp.asarray(pos, jnp.float32)
+  if pos.shape != (seq_len,):
+    raise ValueError(f"positions must be [seq_len={seq_len}], got shape {pos.shape}")
+  delta = pos[:, None] - pos[None, :]                                   # [n, n]
+  cos = jnp.cos(delta[..., None] * inv_freq)                            # [n, n, pairs]
+  return jnp.einsum("ijk,hk->hij", cos, weights.astype(jnp.float32))
+
+
+def rotary_cos_coeffs(weights: jax.Array, inv_freq, seq_len: int) -> jax.Array:
+  """Toeplitz coefficients ``[heads, 2n-1]`` of :func:`rotary_cos_bias`
+  (offset ``k = j - i`` from ``-(n-1)`` to ``n-1``; real and symmetric)."""
+  inv_freq = jnp.asarray(inv_freq, jnp.float32)
+  weights = _check_heads_matrix("weights", weights, inv_freq.shape[0])
+  k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+  return jnp.cos(k[:, None] * inv_freq) @ weights.astype(jnp.float32).T  # -> [2n-1, h]
+
+
+def decay_rates(slopes) -> jax.Array:
+  """``ρ_h = exp(-m_h)``: the multiplicative twin of ALiBi slope ``m_h``.
+
+  ALiBi adds ``-m|i-j|`` to the logits, i.e. multiplies the *unnormalised
+  attention weights* ``exp(logit)`` by ``e^{-m|i-j|} = ρ^{|i-j|}``; the
+  multiplicative twin applies the same factor to the *logits* instead."""
+  slopes = jnp.asarray(slopes, jnp.float32)
+  if slopes.ndim != 1:
+    raise ValueError(f"slopes must be [heads], got shape {slopes.shape}")
+  return jnp.exp(-slopes)
+
+
+def decay_factor(seq_len: int, rhos: jax.Array, *,
+                 positions: Optional[jax.Array] = None) -> jax.Array:
+  """Kac-Murdock-Szegő factors ``F[h, i, j] = ρ_h^{|p_i - p_j|}``, ``[heads, n, n]``.
+
+  For ``0 < ρ < 1`` and distinct positions this matrix is positive definite
+  with unit diagonal, so the Hadamard product ``F ∘ G`` of a PSD content Gram
+  ``G`` has ``λ_max(F ∘ G) <= max_i G_ii`` (Schur). The logits it multiplies
+  are the content part only; an additive bias is not scaled.
+  """
+  rhos = jnp.asarray(rhos, jnp.float32)
+  if rhos.ndim != 1:
+    raise ValueError(f"rhos must be [heads], got shape {rhos.shape}")
+  pos = jnp.arange(seq_len) if positions is None else positions
+  if jnp.shape(pos) != (seq_len,):
+    raise ValueError(f"positions must be [seq_len={seq_len}], got shape {jnp.shape(pos)}")
+  dist = distances(pos)
+  return jnp.exp(jnp.log(rhos)[:, None, None] * dist)
+
+
+def decay_coeffs(seq_len: int, rhos: jax.Array) -> jax.Array:
+  """Toeplitz coefficients ``[heads, 2n-1]`` of :func:`decay_factor` (the KMS
+  matrix: ``t_k = ρ^{|k|}``)."""
+  rhos = jnp.asarray(rhos, jnp.float32)
+  k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
+  return jnp.exp(jnp.log(rhos)[:, None] * k)

@@ -138,8 +138,51 @@ def _spectra_record(trainer, states, probe_ids, step: int) -> dict:
                            1).tolist()  # [seeds, layers, heads]
   return {"step": step,
           "contraction_ratio": med(lambda s: s["contraction_ratio"]),
+          "widening_ratio": med(lambda s: s["widening_ratio"]),
           "spread": med(lambda s: s["measures"]["spread"]),
           "stable_rank": med(lambda s: s["measures"]["stable_rank"])}
+
+
+# Recorded at every evaluation: Lanczos steps per estimate, Hutchinson probes
+# (0: no trace -- with a few probes its standard error exceeds the estimate on
+# these models, and each probe costs a Hessian-vector product per seed).
+CURVATURE_ITERS, CURVATURE_TRACE_SAMPLES = 10, 0
+
+
+def curvature_fn(trainer, *, k: int = 1, num_iters: int = CURVATURE_ITERS,
+                 trace_samples: int = CURVATURE_TRACE_SAMPLES):
+  """The jitted ``(params, opt_state, ids, labels, key) -> per-seed curvature``
+  for this trainer's loss in eval mode (no dropout), vmapped over seeds; traced
+  on the reference path (forward mode needs it; ``speed.reference``)."""
+  from pe_spectral import curvature, speed
+  tc = trainer.train_cfg
+
+  def one(params, opt_state, ids, labels, key):
+    loss = lambda p: trainer.loss_fn(p, ids, labels)[0]
+    return curvature.curvature_summary(loss, params, opt_state, b1=tc.b1, b2=tc.b2,
+                                       eps=tc.eps, key=key, k=k, num_iters=num_iters,
+                                       trace_samples=trace_samples)
+
+  def build():
+    vm = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None, None)))
+
+    def call(*args):
+      with speed.reference():  # the switch is read while tracing
+        return vm(*args)
+    return call
+
+  return trainer.memo(("curvature", k, num_iters, trace_samples), build)
+
+
+def _curvature_record(trainer, states, ids, labels, step: int) -> dict:
+  """Curvature of the training loss on fixed training examples, per seed."""
+  fn = curvature_fn(trainer)
+  # the same probe directions at every evaluation and for every seed
+  out = fn(states["params"], states["opt_state"], ids, labels, jax.random.key(0xC0DE))
+  rec = {"step": step}
+  for name, val in out.items():
+    rec[name] = json_safe(trainer.fetch(val).tolist())
+  return rec
 
 
 def _truncate_jsonl(path: str, step: int) -> list[dict]:
@@ -152,6 +195,7 @@ def _truncate_jsonl(path: str, step: int) -> list[dict]:
 
 def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         resume: bool = True, max_to_keep: int = 2, record_spectra: int = 0,
+        record_curvature: int = 0,
         progress: Optional[Callable[[dict], None]] = None,
         seed_group: Optional[int] = None,
         should_stop: Optional[Callable[[], bool]] = None,
@@ -168,6 +212,11 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     record_spectra: if > 0, at each evaluation record per-layer/head logit
       spectra (``decompose.py``) on this many fixed test examples into
       ``spectra.jsonl``.
+    record_curvature: if > 0, at each evaluation record the loss curvature
+      (top Hessian eigenvalue, Adam-preconditioned sharpness, gradient norm;
+      ``curvature.py``) on this many fixed training
+      examples, every seed in one compiled call, into ``curvature.jsonl``.
+      Every run also writes each step's training loss to ``steps.jsonl``.
     progress: called after each evaluation with a dict of progress fields.
     seed_group: vmap this many seeds at a time, groups one after another in
       the same compiled chunk (single device only; default: all seeds at once).
@@ -198,23 +247,26 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
             "total_steps": total, "steps_per_epoch": trainer.steps_per_epoch}
   if record_spectra:
     config["record_spectra"] = record_spectra
+  if record_curvature:
+    config["record_curvature"] = record_curvature
 
   paths = {k: os.path.join(workdir, v) for k, v in dict(
       config="config.json", metrics="metrics.jsonl", summary="summary.json",
-      plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl").items()}
+      plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl",
+      curvature="curvature.jsonl", steps="steps.jsonl").items()}
   if writer:
     os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir) if writer else contextlib.nullcontext():
     return _checked_run(rc, seeds, workdir, trainer, data, config, paths,
                         eval_every=eval_every, resume=resume,
                         max_to_keep=max_to_keep, record_spectra=record_spectra,
-                        progress=progress, should_stop=should_stop, notify=notify,
+                        record_curvature=record_curvature, progress=progress, should_stop=should_stop, notify=notify,
                         t_start=t_start)
 
 
 def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
-                 resume, max_to_keep, record_spectra, progress, should_stop, notify,
-                 t_start) -> dict:
+                 resume, max_to_keep, record_spectra, record_curvature, progress,
+                 should_stop, notify, t_start) -> dict:
   """:func:`run` once the workdir is locked: config checks, resume, train, files."""
   writer = jax.process_index() == 0
   kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
@@ -236,7 +288,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
           + "; ".join(diff[:6])
           + "); pass --noresume to overwrite it or choose another --workdir")
   if not resume and writer:  # discard an earlier run, with or without its config
-    for key in ("metrics", "summary", "plot", "spectra"):
+    for key in ("metrics", "summary", "plot", "spectra", "curvature", "steps"):
       if os.path.exists(paths[key]):
         os.remove(paths[key])
     shutil.rmtree(paths["ckpt"], ignore_errors=True)
@@ -273,9 +325,14 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
       records = []
     if writer:  # drop evaluations past the checkpoint (they will be redone)
       _truncate_jsonl(paths["metrics"], step)
+      _truncate_jsonl(paths["steps"], step)
       if record_spectra:
         _truncate_jsonl(paths["spectra"], step)
+      if record_curvature:
+        _truncate_jsonl(paths["curvature"], step)
     probe_ids = test_ids[:record_spectra] if record_spectra else None
+    curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
+                             if record_curvature else (None, None))
 
     while step < total:
       t0 = time.time()
@@ -313,11 +370,20 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
       if writer:
         with open(paths["metrics"], "a") as f:
           f.write(json.dumps(rec, allow_nan=False) + "\n")
+        # every step's loss (measured before its update), for loss-spike counts
+        with open(paths["steps"], "a") as f:
+          f.write(json.dumps({"step": step, "first_step": step - k,
+                              "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
       if record_spectra:
         spec = _spectra_record(trainer, states, probe_ids, step)
         if writer:
           with open(paths["spectra"], "a") as f:
             f.write(json.dumps(spec) + "\n")
+      if record_curvature:
+        curv = _curvature_record(trainer, states, curv_ids, curv_labels, step)
+        if writer:
+          with open(paths["curvature"], "a") as f:
+            f.write(json.dumps(curv, allow_nan=False) + "\n")
       ckpt.save(step, states, {"step": step, "elapsed": elapsed})
       if kill_at == step:  # fault injection for the resume test (SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

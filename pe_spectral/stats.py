@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
-           "paired", "sign_flip_pvalue", "verdict"]
+           "paired", "sign_flip_pvalue", "verdict", "loss_spikes",
+           "examples_to_threshold", "spearman", "bootstrap_spearman_ci"]
 
 # The convergence criterion (docs/study.md): over every evaluation in the
 # last third of training (by examples seen), each seed's train accuracy stays
@@ -153,3 +154,70 @@ def verdict(p: dict, *, margin: float = 0.0) -> str:
   if p["hi"] < margin:
     return "refuted"
   return "inconclusive"
+
+
+# Loss spikes (docs/study.md, the thesis): a step whose batch loss exceeds both
+# SPIKE_RATIO x the median of the previous SPIKE_WINDOW losses and that median
+# plus SPIKE_MADS robust standard deviations (1.4826 x MAD) of them.
+SPIKE_WINDOW, SPIKE_RATIO, SPIKE_MADS = 20, 1.5, 6.0
+
+
+def loss_spikes(losses, *, skip: int = 0, window: int = SPIKE_WINDOW,
+                ratio: float = SPIKE_RATIO, mads: float = SPIKE_MADS) -> np.ndarray:
+  """Indices of loss spikes in one seed's per-step losses ``[steps]``.
+
+  Step ``t >= max(skip, window)`` is a spike when ``loss[t] > ratio * med``
+  and ``loss[t] > med + mads * 1.4826 * MAD``, where ``med`` and ``MAD`` are
+  the median and median absolute deviation of ``loss[t-window:t]``. ``skip``:
+  steps not judged (the warm-up).
+  """
+  x = np.asarray(losses, np.float64)
+  if x.ndim != 1:
+    raise ValueError(f"losses must be [steps], got shape {x.shape}")
+  if window < 2:
+    raise ValueError(f"window must be >= 2, got {window}")
+  out = []
+  for t in range(max(skip, window), len(x)):
+    prev = x[t - window:t]
+    med = np.median(prev)
+    mad = np.median(np.abs(prev - med))
+    if x[t] > ratio * med and x[t] > med + mads * 1.4826 * mad:
+      out.append(t)
+  return np.asarray(out, np.int64)
+
+
+def examples_to_threshold(records: Sequence[dict], *, frac: float = 0.9,
+                          metric: str = "test_accuracy") -> np.ndarray:
+  """Per seed, the examples seen at the first evaluation whose ``metric`` is
+  at least ``frac`` times that seed's final value: ``float [seeds]``."""
+  if not records:
+    raise ValueError("no evaluation records")
+  acc = np.asarray([r[metric] for r in records], np.float64)       # [evals, seeds]
+  seen = np.asarray([r["examples_seen"] for r in records], np.float64)
+  reached = acc >= frac * acc[-1][None, :]
+  return seen[np.argmax(reached, axis=0)]  # the final evaluation always qualifies
+
+
+def spearman(x, y) -> float:
+  """Spearman rank correlation (average ranks for ties)."""
+  from scipy.stats import rankdata
+  rx, ry = rankdata(x), rankdata(y)
+  if np.std(rx) == 0 or np.std(ry) == 0:
+    return float("nan")
+  return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMPLES,
+                          seed: int = _RNG_SEED):
+  """``(rho, lo, hi)``: Spearman's rho and its percentile-bootstrap CI over
+  resampled (x, y) pairs (degenerate resamples dropped)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.shape != y.shape or x.ndim != 1 or len(x) < 3:
+    raise ValueError(f"x and y must be equal-length 1-D with >= 3 points, got "
+                     f"{x.shape} and {y.shape}")
+  rng = np.random.default_rng(seed)
+  idx = rng.integers(0, len(x), size=(resamples, len(x)))
+  rhos = np.array([spearman(x[i], y[i]) for i in idx])
+  rhos = rhos[np.isfinite(rhos)]
+  a = (1 - level) / 2
+  return spearman(x, y), float(np.quantile(rhos, a)), float(np.quantile(rhos, 1 - a))
