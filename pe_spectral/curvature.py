@@ -13,9 +13,11 @@ and ``vmap`` (over seeds: one compiled call for every seed).
   preconditioner ``P``, e.g. Adam's (:func:`adam_preconditioner`; Cohen et
   al. 2022, "Adaptive gradient methods at the edge of stability").
 
-Forward mode does not pass through the model's fast attention kernel (a
-``jax.custom_vjp``): evaluate the loss on the reference path
-(``with pe_spectral.speed.reference():``), which is the same function.
+The model's fast attention kernel is a ``jax.custom_vjp``: plain ``jax.jvp``
+of the loss fails on it, while forward-over-reverse (``jvp`` of ``grad``)
+passes and gives the reference path's products to float rounding (tested).
+``--record_curvature`` traces on the reference path
+(``with pe_spectral.speed.reference():``), the plain-autodiff definition.
 """
 from __future__ import annotations
 

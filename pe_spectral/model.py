@@ -487,7 +487,10 @@ def check_token_ids(ids, vocab_size: int) -> None:
     return
   if not jnp.issubdtype(jnp.asarray(ids).dtype, jnp.integer):
     raise ValueError(f"token ids must be integers, got dtype {jnp.asarray(ids).dtype}")
-  lo, hi = int(np.min(ids)), int(np.max(ids))
+  try:
+    lo, hi = int(np.min(ids)), int(np.max(ids))
+  except jax.errors.ConcretizationTypeError:  # staged inside a loop/transform
+    return
   if lo < 0 or hi >= vocab_size:
     raise ValueError(f"token ids must be in [0, vocab_size={vocab_size}), got "
                      f"values in [{lo}, {hi}]")

@@ -686,7 +686,7 @@ def rotary_cos_coeffs(weights: jax.Array, inv_freq, seq_len: int) -> jax.Array:
   inv_freq = jnp.asarray(inv_freq, jnp.float32)
   weights = _check_heads_matrix("weights", weights, inv_freq.shape[0])
   k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
-  return jnp.cos(k[:, None] * inv_freq) @ weights.astype(jnp.float32).T  # -> [2n-1, h]
+  return weights.astype(jnp.float32) @ jnp.cos(k[:, None] * inv_freq).T  # [h, 2n-1]
 
 
 def decay_rates(slopes) -> jax.Array:

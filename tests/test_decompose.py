@@ -73,13 +73,25 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
           c = np.minimum(f + 1, len(emb) - 1)
           z = lambda idx: (q[:, i, head] * emb[idx]).sum(-1)
           out[:, head, i, j] += (p_ij - f) * z(c) + (1 - (p_ij - f)) * z(f)
+  slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
+            else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
+  if cfg.pe == "alibi_multiplicative" and rotate:  # content logits times e^(-m_h |i-j|)
+    for head in range(H):
+      for i in range(n):
+        for j in range(n):
+          out[:, head, i, j] *= np.exp(-slopes[head]) ** abs(i - j)
   if cfg.pe == "alibi":
-    slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
-              else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
     for head in range(H):
       for i in range(n):
         for j in range(n):
           out[:, head, i, j] -= slopes[head] * abs(i - j)
+  elif cfg.pe == "rope_additive":  # Σ_k w[h, k] cos((i - j) base^(-2k/d))
+    w = _np(blk["rope_cos_w"])
+    for head in range(H):
+      for i in range(n):
+        for j in range(n):
+          for kk in range(d // 2):
+            out[:, head, i, j] += w[head, kk] * np.cos((i - j) * cfg.rope_base ** (-2.0 * kk / d))
   elif cfg.pe in ("kerple_log", "kerple_power"):
     softplus = lambda x: np.log1p(np.exp(x))
     r1 = softplus(_np(blk["kerple_r1"]))
@@ -110,8 +122,10 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
 ORACLE_PES = [(pe, False) for pe in ("nope", "sinusoidal", "learned", "alibi",
                                       "relative", "rope", "rope_sinusoidal",
                                       "partial_rope", "kerple_log", "kerple_power",
-                                      "p_rope", "fire", "xpos", "cope")]
-ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal")]
+                                      "p_rope", "fire", "xpos", "cope", "rope_additive",
+                                      "alibi_multiplicative")]
+ORACLE_PES += [(pe, True) for pe in ("alibi", "relative", "rope_sinusoidal",
+                                     "alibi_multiplicative")]
 
 
 @pytest.mark.parametrize("pe,faithful", ORACLE_PES)
@@ -131,10 +145,10 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
   _, e_c, xs_c = model.forward(ids, input_pe=False)
   captured = []
   original = attention.softmax_probs
-  def spy(q, k, bias, mask, scale, dtype):
+  def spy(q, k, bias, mask, scale, dtype, factor=None):
     captured.append(np.asarray(attention.attention_logits(q * scale, k, bias=bias,
-                                                          scale=1.0)))
-    return original(q, k, bias, mask, scale, dtype)
+                                                          scale=1.0, factor=factor)))
+    return original(q, k, bias, mask, scale, dtype, factor=factor)
   monkeypatch.setattr(attention, "softmax_probs", spy)
   model(ids)  # un-jitted: concrete values reach the spy
   assert len(captured) == cfg.num_layers

@@ -14,7 +14,8 @@ from pe_spectral import config, encodings, positional as P, runner
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW_PES = ("fire", "xpos", "kerple_log", "kerple_power", "p_rope", "cope")
+NEW_PES = ("fire", "xpos", "kerple_log", "kerple_power", "p_rope", "cope", "rope_additive",
+           "alibi_multiplicative")
 
 
 def _cli(module, *args, cwd):
@@ -249,7 +250,8 @@ def test_random_positions_are_sorted_distinct_and_in_range():
 
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "learned", "relative", "alibi", "kerple_log",
-                                "fire", "rope", "rope_sinusoidal", "xpos", "mla"])
+                                "fire", "rope", "rope_sinusoidal", "xpos", "mla",
+                                "rope_additive", "alibi_multiplicative"])
 def test_random_positions_equal_scattering_tokens_into_a_padded_sequence(pe):
   """The oracle: giving n tokens the positions p_1 < ... < p_n is the same as
   writing them at indices p_t of a sequence of length R whose other slots are
