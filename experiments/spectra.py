@@ -83,6 +83,19 @@ def _bounds_row(name, n, coeffs, exact):
                             lam_max <= hi + 1e-6 * abs(lam_max))}
 
 
+def coupling_statement(enc) -> str:
+  """Which spectral theorem the PE's coupling carries (its declared ``coupling``)."""
+  if enc.coupling == "multiplicative":
+    if enc.spectral_note:  # e.g. xPos: a Hadamard form without unit modulus
+      return "multiplicative, no Schur guarantee: " + enc.spectral_note
+    return ("multiplicative: Schur guarantee (a Hadamard product with a PSD, unit-diagonal "
+            "Toeplitz matrix: λ_max(F∘G) <= λ_max(G) for PSD content G)")
+  if enc.coupling == "additive":
+    return ("additive: Weyl widening possible (λ(G + B) within [λ(G) + λ_min(B), "
+            "λ(G) + λ_max(B)]; it can widen the spread, and need not)")
+  return "neither pure form (no position term, an absolute table, or content-dependent)"
+
+
 def pe_config(pe: str, preset: str, max_len: int, *, faithful: bool = False,
               relative_buckets=None) -> ModelConfig:
   """The model config a run of ``pe`` on ``preset`` trains, long enough for ``max_len``."""
@@ -228,6 +241,7 @@ def main(argv):
       "toeplitz": toeplitz_rows({p: c for p, c in cfgs.items() if p not in probe}, ns,
                                 FLAGS.dense_max, FLAGS.lanczos_steps, log, FLAGS.seed),
       "no_toeplitz": no_toeplitz,
+      "coupling": {p: coupling_statement(c.encoding) for p, c in cfgs.items()},
       "envelope": envelope_rows(ns, theta, FLAGS.content_samples, FLAGS.dense_max)
                   if theta is not None else [],
       "content": content_rows(ns, theta, FLAGS.content_samples, FLAGS.dense_max)
@@ -246,6 +260,9 @@ def main(argv):
           f"  gershgorin [{r['gershgorin_lo']:.4g}, {r['gershgorin_hi']:.4g}]")
   for p, note in no_toeplitz.items():
     print(f"  {p:<16} no Toeplitz bound: {note}")
+  print("coupling of content and position in the logits:")
+  for p, note in result["coupling"].items():
+    print(f"  {p:<20} {note}")
   return 1 if violations else 0
 
 

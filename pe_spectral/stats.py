@@ -215,9 +215,13 @@ def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMP
   if x.shape != y.shape or x.ndim != 1 or len(x) < 3:
     raise ValueError(f"x and y must be equal-length 1-D with >= 3 points, got "
                      f"{x.shape} and {y.shape}")
+  from scipy.stats import rankdata
   rng = np.random.default_rng(seed)
   idx = rng.integers(0, len(x), size=(resamples, len(x)))
-  rhos = np.array([spearman(x[i], y[i]) for i in idx])
-  rhos = rhos[np.isfinite(rhos)]
+  rx, ry = rankdata(x[idx], axis=1), rankdata(y[idx], axis=1)  # ranks within each resample
+  rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+  den = np.sqrt((rx ** 2).sum(1) * (ry ** 2).sum(1))
+  ok = den > 0  # degenerate resamples (all one value) have no correlation
+  rhos = (rx * ry).sum(1)[ok] / den[ok]
   a = (1 - level) / 2
   return spearman(x, y), float(np.quantile(rhos, a)), float(np.quantile(rhos, 1 - a))

@@ -27,6 +27,14 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
   alibi = [r for r in res["toeplitz"] if r["pe"] == "alibi"]
   assert all(r["t1"] == -1.0 and r["exact_method"] == "closed form" for r in alibi)
   assert res["config"]["rotary_dim"] == 8  # smoke head_dim
+  # the coupling controls: the KMS factor and the cosine bias are bounded too
+  assert {"alibi_multiplicative", "rope_additive"} <= analysed
+  kms = [r for r in res["toeplitz"] if r["pe"] == "alibi_multiplicative"]
+  assert all(r["lam_min"] > 0 for r in kms)  # positive definite (faithful head 0: ρ = 1/e)
+  c = res["coupling"]
+  assert c["rope"].startswith("multiplicative: Schur") and "Schur" in c["alibi_multiplicative"]
+  assert c["alibi"].startswith("additive: Weyl") and c["rope_additive"].startswith("additive")
+  assert "no Schur guarantee" in c["xpos"] and c["nope"].startswith("neither")
   methods = {(r["pe"], r["n"]): r["exact_method"] for r in res["toeplitz"]}
   assert methods[("sinusoidal", 16)] == "dense"
   assert methods[("sinusoidal", 64)].startswith("lanczos")

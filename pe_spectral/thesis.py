@@ -1,0 +1,178 @@
+"""The thesis claims (e), (f), (f2) as pure decision rules (docs/study.md).
+
+A *thesis run* is a dict read from one run's committed files:
+``summary`` (summary.json), ``metrics`` (metrics.jsonl rows), ``steps``
+(steps.jsonl rows), ``spectra`` (spectra.jsonl rows), ``curvature``
+(curvature.jsonl rows), ``config`` (config.json) and ``coupling``
+("multiplicative" or "additive", the PE's declared coupling). Every function
+here takes such dicts and returns numbers and verdict strings; nothing reads
+files or renders text, so each rule is unit-tested on hand-made runs.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from pe_spectral import stats
+
+__all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over_training",
+           "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts",
+           "claim_e", "claim_f_pair", "claim_f", "claim_f2", "load"]
+
+# (kernel, multiplicative member, additive member)
+PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
+CONVERGED_FRAC = 2.0 / 3.0
+THRESHOLD_FRAC = 0.9
+
+
+def converged(run: dict) -> bool:
+  """At least 2/3 of the seeds plateaued (the study's rule)."""
+  per = run["summary"]["plateau"]["per_seed"]
+  return sum(per) >= CONVERGED_FRAC * len(per) - 1e-9
+
+
+def coupling_ratio(row: dict, coupling: str) -> np.ndarray:
+  """``[seeds, layers]`` head-median coupling ratio of one spectra row: the
+  contraction ratio for a multiplicative PE, the widening ratio for an
+  additive one."""
+  key = {"multiplicative": "contraction_ratio", "additive": "widening_ratio"}[coupling]
+  return np.median(np.asarray(row[key], np.float64), axis=-1)
+
+
+def ratio_over_training(run: dict) -> np.ndarray:
+  """``[evals, seeds, layers]`` coupling ratios at every evaluation."""
+  return np.stack([coupling_ratio(r, run["coupling"]) for r in run["spectra"]])
+
+
+def early_ratio(run: dict) -> np.ndarray:
+  """``[seeds]``: the first evaluation's ratio, geometric mean over layers."""
+  return np.exp(np.log(ratio_over_training(run)[0]).mean(-1))
+
+
+def examples_to_threshold(run: dict) -> np.ndarray:
+  return stats.examples_to_threshold(run["metrics"], frac=THRESHOLD_FRAC)
+
+
+def peak_sharpness(run: dict) -> np.ndarray:
+  """``[seeds]``: the largest Adam-preconditioned sharpness over evaluations."""
+  return np.max(np.asarray([r["precond_sharpness"] for r in run["curvature"]],
+                           np.float64), axis=0)
+
+
+def per_step_losses(run: dict) -> np.ndarray:
+  """``[seeds, steps]`` batch losses, in step order."""
+  rows = sorted(run["steps"], key=lambda r: r["first_step"])
+  return np.concatenate([np.asarray(r["loss"], np.float64) for r in rows], axis=1)
+
+
+def spike_counts(run: dict) -> np.ndarray:
+  """``[seeds]`` loss spikes after warm-up (:func:`stats.loss_spikes`)."""
+  train = run["config"]["run"]["train"]
+  warmup = int(train["warmup_frac"] * run["config"]["total_steps"])
+  return np.asarray([len(stats.loss_spikes(x, skip=warmup)) for x in per_step_losses(run)])
+
+
+def _ci_side(lo: float, hi: float) -> int:
+  return 1 if lo > 0 else (-1 if hi < 0 else 0)
+
+
+def claim_e(runs: dict) -> dict:
+  """(e): per PE and layer, the bootstrap CI over seeds of the mean log ratio
+  (geometric mean over evaluations) below 0 for multiplicative PEs, above 0
+  for additive ones. ``runs``: ``{pe: run}``."""
+  rows, sides = [], []
+  for pe, run in runs.items():
+    logr = np.log(ratio_over_training(run)).mean(0)          # [seeds, layers]
+    want = -1 if run["coupling"] == "multiplicative" else 1
+    for layer in range(logr.shape[1]):
+      m, lo, hi = stats.bootstrap_mean_ci(logr[:, layer])
+      side = _ci_side(lo, hi)
+      sides.append(side * want)
+      rows.append({"pe": pe, "layer": layer, "coupling": run["coupling"],
+                   "ratio": float(np.exp(m)), "lo": float(np.exp(lo)),
+                   "hi": float(np.exp(hi)), "holds": side == want})
+  if not rows:
+    verdict = "not run"
+  elif any(s < 0 for s in sides):
+    verdict = "refuted"
+  elif all(s > 0 for s in sides) and len(runs) == 2 * len(PAIRS):
+    verdict = "reproduced"
+  else:
+    verdict = "inconclusive"
+  return {"rows": rows, "verdict": verdict}
+
+
+def claim_f_pair(mult: dict, add: dict) -> dict:
+  """(f) for one pair, paired by seed: E_A - E_M (examples to threshold),
+  peak sharpness A - M, spikes A - M."""
+  seeds_m, seeds_a = mult["summary"]["seeds"], add["summary"]["seeds"]
+  p = lambda f: stats.paired(f(add), f(mult), seeds_a=seeds_a, seeds_b=seeds_m)
+  out = {"examples": p(examples_to_threshold), "sharpness": p(peak_sharpness),
+         "spikes": p(spike_counts),
+         "converged": {"mult": converged(mult), "add": converged(add)}}
+  side = {k: _ci_side(out[k]["lo"], out[k]["hi"]) for k in ("examples", "sharpness",
+                                                           "spikes")}
+  if not all(out["converged"].values()):
+    v = "inconclusive (not converged)"
+  elif side["examples"] < 0 or (side["sharpness"] < 0 and side["spikes"] < 0):
+    v = "refuted"
+  elif side["examples"] > 0 and (side["sharpness"] > 0 or side["spikes"] > 0):
+    v = "reproduced"
+  else:
+    v = "inconclusive"
+  out["verdict"] = v
+  return out
+
+
+def claim_f(runs: dict) -> dict:
+  pairs = {}
+  for kernel, m, a in PAIRS:
+    if m in runs and a in runs:
+      pairs[kernel] = claim_f_pair(runs[m], runs[a])
+  vs = [p["verdict"] for p in pairs.values()]
+  if not vs:
+    verdict = "not run"
+  elif "refuted" in vs:
+    verdict = "refuted"
+  elif len(vs) == len(PAIRS) and all(v == "reproduced" for v in vs):
+    verdict = "reproduced"
+  else:
+    verdict = "inconclusive (" + "; ".join(f"{k}: {p['verdict']}"
+                                          for k, p in pairs.items()) + ")"
+  return {"pairs": pairs, "verdict": verdict}
+
+
+def claim_f2(runs: dict) -> dict:
+  """(f2): Spearman(early coupling ratio, examples to threshold) over every
+  seed of every converged run, with a bootstrap CI."""
+  used = {pe: r for pe, r in runs.items() if converged(r)}
+  if len(used) < 2:
+    return {"pes": sorted(used), "verdict": "not testable (fewer than two converged runs)",
+            "points": []}
+  x = np.concatenate([early_ratio(r) for r in used.values()])
+  y = np.concatenate([examples_to_threshold(r) for r in used.values()])
+  rho, lo, hi = stats.bootstrap_spearman_ci(x, y)
+  side = _ci_side(lo, hi)
+  verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[side]
+  return {"pes": sorted(used), "rho": rho, "lo": lo, "hi": hi, "n": len(x),
+          "verdict": verdict}
+
+
+def load(workdir: str, coupling: Optional[str] = None) -> dict:
+  """A thesis run from a workdir's files (``coupling``: default the PE's)."""
+  import json
+  import os
+  from pe_spectral import encodings
+  read = lambda name: json.load(open(os.path.join(workdir, name)))
+  def jsonl(name):
+    path = os.path.join(workdir, name)
+    if not os.path.exists(path):
+      return []
+    with open(path) as f:
+      return [json.loads(line) for line in f if line.strip()]
+  summary = read("summary.json")
+  return {"summary": summary, "config": read("config.json"), "metrics": jsonl("metrics.jsonl"),
+          "steps": jsonl("steps.jsonl"), "spectra": jsonl("spectra.jsonl"),
+          "curvature": jsonl("curvature.jsonl"),
+          "coupling": coupling or encodings.get(summary["pe"]).coupling}

@@ -1,0 +1,124 @@
+"""The thesis decision rules on hand-made runs: reproduced, refuted,
+inconclusive and not-converged cases, without files or markdown."""
+import numpy as np
+import pytest
+
+from pe_spectral import stats, thesis
+
+
+def _run(pe, coupling, *, ratio, speed, sharp=100.0, spikes=0, plateaued=8, seeds=8,
+         layers=2, heads=2, noise=0.02, seed=0):
+  """A fake run: coupling ratio ``ratio`` (per seed, jittered), test accuracy
+  reaching 90 % of final after ``speed`` evaluations, peak sharpness, spikes."""
+  rng = np.random.default_rng(seed)
+  evals = 10
+  ratios = ratio * np.exp(noise * rng.normal(size=(evals, seeds, layers, heads)))
+  key = "contraction_ratio" if coupling == "multiplicative" else "widening_ratio"
+  other = "widening_ratio" if key == "contraction_ratio" else "contraction_ratio"
+  spectra = [{"step": e + 1, key: ratios[e].tolist(),
+              other: np.ones((seeds, layers, heads)).tolist()} for e in range(evals)]
+  speed = np.broadcast_to(np.asarray(speed), (seeds,))
+  metrics = []
+  for e in range(evals):
+    acc = [0.95 if e + 1 >= s else 0.5 * (e + 1) / s for s in speed]
+    metrics.append({"step": 10 * (e + 1), "examples_seen": 100 * (e + 1),
+                    "test_accuracy": acc, "train_accuracy": acc})
+  curvature = [{"step": e + 1, "precond_sharpness": (sharp * (1 + 0.01 * rng.normal(size=seeds))
+                                                     * (e + 1) / evals).tolist()}
+               for e in range(evals)]
+  spikes = np.broadcast_to(np.asarray(spikes), (seeds,))
+  losses = np.full((seeds, 100), 1.0) + 0.01 * rng.normal(size=(seeds, 100))
+  for s in range(seeds):
+    for t in range(int(spikes[s])):
+      losses[s, 40 + 5 * t] = 5.0
+  steps = [{"step": 50, "first_step": 0, "loss": losses[:, :50].tolist()},
+           {"step": 100, "first_step": 50, "loss": losses[:, 50:].tolist()}]
+  per = [True] * plateaued + [False] * (seeds - plateaued)
+  return {"summary": {"pe": pe, "seeds": list(range(seeds)), "plateau": {"per_seed": per}},
+          "config": {"run": {"train": {"warmup_frac": 0.1}}, "total_steps": 100},
+          "metrics": metrics, "steps": steps, "spectra": spectra, "curvature": curvature,
+          "coupling": coupling}
+
+
+def _four(**over):
+  base = {"rope": _run("rope", "multiplicative", ratio=0.8, speed=2, sharp=50, seed=1),
+          "rope_additive": _run("rope_additive", "additive", ratio=1.2, speed=5, sharp=90,
+                                seed=2),
+          "alibi_multiplicative": _run("alibi_multiplicative", "multiplicative", ratio=0.7,
+                                       speed=3, sharp=60, seed=3),
+          "alibi": _run("alibi", "additive", ratio=1.5, speed=6, sharp=80, seed=4)}
+  base.update(over)
+  return base
+
+
+def test_claim_e_reproduced_refuted_inconclusive():
+  assert thesis.claim_e(_four())["verdict"] == "reproduced"
+  wrong = _four(rope=_run("rope", "multiplicative", ratio=1.3, speed=2))
+  res = thesis.claim_e(wrong)
+  assert res["verdict"] == "refuted"
+  assert not [r for r in res["rows"] if r["pe"] == "rope"][0]["holds"]
+  flat = _four(alibi=_run("alibi", "additive", ratio=1.0, speed=6, noise=0.3))
+  assert thesis.claim_e(flat)["verdict"] == "inconclusive"
+  three = _four()
+  del three["alibi"]
+  assert thesis.claim_e(three)["verdict"] == "inconclusive"  # a PE missing
+
+
+def test_claim_f_pairs():
+  res = thesis.claim_f(_four())
+  assert res["verdict"] == "reproduced"
+  ex = res["pairs"]["rotary"]["examples"]
+  assert ex["mean"] == pytest.approx(300.0)  # (5 - 2) evaluations of 100 examples
+  slower = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=7, sharp=50))
+  assert thesis.claim_f(slower)["pairs"]["rotary"]["verdict"] == "refuted"
+  assert thesis.claim_f(slower)["verdict"] == "refuted"
+  # faster but sharper and spikier: the secondary parts refute it
+  sharp = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200,
+                          spikes=2))
+  assert thesis.claim_f(sharp)["pairs"]["rotary"]["verdict"] == "refuted"
+  # faster, sharper, but fewer spikes: the "or" holds
+  spiky_add = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200),
+                    rope_additive=_run("rope_additive", "additive", ratio=1.2, speed=5,
+                                       sharp=90, spikes=3))
+  assert thesis.claim_f(spiky_add)["pairs"]["rotary"]["verdict"] == "reproduced"
+  unconv = _four(alibi=_run("alibi", "additive", ratio=1.5, speed=6, plateaued=3))
+  res = thesis.claim_f(unconv)
+  assert res["pairs"]["decay"]["verdict"] == "inconclusive (not converged)"
+  assert res["verdict"].startswith("inconclusive")
+
+
+def test_spike_counts_and_examples_to_threshold():
+  run = _run("x", "additive", ratio=1.0, speed=[1, 2, 3, 4, 5, 6, 7, 8], spikes=[0, 1, 2, 3,
+                                                                                 0, 0, 0, 0])
+  np.testing.assert_array_equal(thesis.spike_counts(run), [0, 1, 2, 3, 0, 0, 0, 0])
+  np.testing.assert_array_equal(thesis.examples_to_threshold(run), 100 * np.arange(1, 9))
+  # a spike inside the warm-up (skip) is not counted
+  x = np.ones(60)
+  x[5] = 9.0
+  assert len(stats.loss_spikes(x, skip=0)) == 0  # before a full window
+  x[30] = 9.0
+  assert list(stats.loss_spikes(x, skip=31)) == [] and list(stats.loss_spikes(x)) == [30]
+
+
+def test_claim_f2_dose_response():
+  runs = {}
+  for i, (pe, c) in enumerate((("a", "multiplicative"), ("b", "additive"))):
+    runs[pe] = _run(pe, c, ratio=0.6 + 0.6 * i, speed=np.arange(8) % 4 + 1 + 4 * i, seed=i)
+  res = thesis.claim_f2(runs)
+  assert res["verdict"] == "reproduced" and res["rho"] > 0.5 and res["n"] == 16
+  runs["b"] = _run("b", "additive", ratio=0.3, speed=np.arange(8) % 4 + 5, seed=5)
+  assert thesis.claim_f2(runs)["verdict"] == "refuted"
+  runs["b"] = _run("b", "additive", ratio=1.2, speed=5, plateaued=2)
+  assert thesis.claim_f2(runs)["verdict"].startswith("not testable")
+
+
+def test_spearman_matches_scipy_with_ties_and_the_bootstrap_brackets_it():
+  from scipy.stats import spearmanr
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 5, size=15).astype(float)  # ties
+  y = x + rng.normal(size=15)
+  assert stats.spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+  rho, lo, hi = stats.bootstrap_spearman_ci(x, y, resamples=2000)
+  assert lo < rho < hi and -1 <= lo and hi <= 1
+  with pytest.raises(ValueError):
+    stats.bootstrap_spearman_ci(x[:2], y[:2])
