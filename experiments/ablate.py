@@ -33,6 +33,10 @@ flags.DEFINE_enum("split", "test", ["test", "all"],
 flags.DEFINE_bool("leak", False, "Reproduce the paper's leak (head H-1 of finished "
                   "layers stays zeroed).")
 flags.DEFINE_integer("mask_chunk", None, "Masks per vmapped batch (memory).")
+flags.DEFINE_bool("frequencies", False,
+                  "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
+                  "write ablation-freq.json + a heads x frequencies heatmap per seed "
+                  "(rotary PEs only).")
 flags.DEFINE_enum("method", "shared", ["shared", "masked"],
                   "shared: reuse the un-ablated prefix (layers < l, layer l's attention); "
                   "masked: the full masked model per mask (the reference; --leak uses it).")
@@ -122,7 +126,50 @@ def analyse(wd: str) -> int:
     print(f"  layer {l}: head {h} has the largest mean drop, {mean_drop[l, h]:.1f} points; "
           f"each seed's largest drop {dm:.1f} [{dlo:.1f}, {dhi:.1f}]; deposit score "
           f"{sm:.2f} [{slo:.2f}, {shi:.2f}]")
+  if FLAGS.frequencies:
+    return analyse_frequencies(wd, trainer, states, ids, labels, config, rc, step,
+                               dep["argmax_head"], name)
   return 0
+
+
+def analyse_frequencies(wd, trainer, states, ids, labels, config, rc, step, deposit_head,
+                        name) -> int:
+  """Frequency-band knock-outs beside the head ablation ``name``."""
+  from pe_spectral import ablation, plotting
+  t0 = time.time()
+  try:
+    res = ablation.ablate_frequencies(trainer, states["params"], ids, labels,
+                                      mask_chunk=FLAGS.mask_chunk, method=FLAGS.method)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  drop = 100 * (res["baseline"][:, None, None, None] - res["ablated"])  # points
+  out = {"workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
+         "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
+         "seeds": config["seeds"], "split": FLAGS.split, "num_examples": int(ids.shape[0]),
+         "head_ablation": name + ".json", "frequencies": res["frequencies"].tolist(),
+         "baseline": res["baseline"].tolist(), "ablated": res["ablated"].tolist(),
+         "drop_points": drop.tolist(), "deposit_head": np.asarray(deposit_head).tolist(),
+         "wall_seconds": time.time() - t0}
+  fname = name.replace("ablation", "ablation-freq", 1)
+  runner_write(os.path.join(wd, fname + ".json"), out)
+  plotting.frequency_heatmaps(drop[:, 0], res["frequencies"], np.asarray(deposit_head)[:, 0],
+                              config["seeds"], os.path.join(wd, fname + ".png"),
+                              f"{rc.task.name} / {rc.model.pe}: layer 0, drop (points) with "
+                              "one head's pair k unrotated")
+  L, H, P = drop.shape[1:]
+  print(f"frequency knock-outs: {L * H * P} per seed in {out['wall_seconds']:.1f}s")
+  for s, seed in enumerate(config["seeds"]):
+    h = int(deposit_head[s][0])
+    k = int(np.argmax(drop[s, 0, h]))
+    print(f"  seed {seed}: layer-0 deposit head {h}: largest drop {drop[s, 0, h, k]:.1f} "
+          f"points at pair {k} (θ = {res['frequencies'][k]:.3g})")
+  return 0
+
+
+def runner_write(path, obj):
+  from pe_spectral import runner
+  runner.write_json(path, obj)
 
 
 if __name__ == "__main__":

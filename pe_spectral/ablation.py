@@ -20,6 +20,12 @@ Modes:
   paper's leak -- head H-1 of every finished layer staying zeroed -- is *not*
   reproduced unless ``leak=True``);
 * ``keep_only``: knock out every head of layer l except h.
+
+Frequency-band knock-outs (:func:`ablate_frequencies`): for each (layer, head,
+rotary pair k) the rotation of that pair is set to the identity (θ_k -> 0)
+while everything else stays; all masks in one compiled call, sharing the
+un-ablated prefix the same way (layers < l are reused; layer l's attention is
+recomputed under the mask).
 """
 from __future__ import annotations
 
@@ -30,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["head_masks", "ablate_heads", "deposit_scores"]
+__all__ = ["head_masks", "ablate_heads", "deposit_scores", "frequency_masks",
+           "ablate_frequencies"]
 
 
 def head_masks(num_layers: int, num_heads: int, *, mode: str = "single",
@@ -180,3 +187,100 @@ def deposit_scores(baseline, ablated) -> dict:
     score = np.where(total > 1e-12, spread / ((1 - 1 / h) * total), 0.0)
   return {"score": score, "max_drop": drops.max(-1),
           "argmax_head": drops.argmax(-1), "drops": drops}
+
+
+def frequency_masks(num_layers: int, num_heads: int, num_pairs: int) -> jnp.ndarray:
+  """``[L * H * P, L, H, P]`` masks: mask ``i`` = (layer ``i // (H P)``, head
+  ``i // P % H``, pair ``i % P``) has a 0 there (rotation off) and 1 elsewhere."""
+  n = num_layers * num_heads * num_pairs
+  return 1.0 - jnp.eye(n, dtype=jnp.float32).reshape(n, num_layers, num_heads, num_pairs)
+
+
+def _shared_freq_accuracies(trainer, p, ids, labels, layer_masks, chunk):
+  """``layer_masks [L, M, H, P]``: factors on layer l's pairs. ``(base, [L, M])``."""
+  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
+
+  def one(args):
+    x, y, real, b = args
+    model = nnx.merge(trainer.graphdef, p)
+    hits = lambda logits: trainer.score(logits, y, real)[0]
+    ctx = model.context(x, position_key=trainer.eval_position_key(b))
+    e = model.embed_inputs(x, ctx["positions"])
+    blocks = list(model.blocks)
+    xs = [e]
+    for blk in blocks:
+      xs.append(blk(xs[-1], e, **ctx, head_mask=None, key=None))
+    per_layer = []
+    for l, blk in enumerate(blocks):
+      def run(m, l=l, blk=blk):
+        h = blk(xs[l], e, **ctx, head_mask=None, key=None, freq_mask=m)
+        for later in blocks[l + 1:]:
+          h = later(h, e, **ctx, head_mask=None, key=None)
+        return hits(model.classify(h, x))
+      per_layer.append(_chunked_vmap(run, layer_masks[l], chunk))
+    correct, _, count = trainer.score(model.classify(xs[-1], x), y, real)
+    return correct, jnp.stack(per_layer), count
+
+  base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b,
+                                       jnp.arange(ids_b.shape[0])))
+  count = jnp.maximum(count.sum(), 1.0)
+  return base.sum() / count, abl.sum(0) / count
+
+
+def _masked_freq_accuracies(trainer, p, ids, labels, masks, chunk):
+  """Reference: the full model under each ``[L, H, P]`` mask."""
+  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
+
+  def acc_of(m):
+    def one(args):
+      x, y, real, b = args
+      logits = trainer_apply(trainer, p, x, b, m)
+      return trainer.score(logits, y, real)
+    correct, _, count = jax.lax.map(one, (ids_b, labels_b, real_b,
+                                          jnp.arange(ids_b.shape[0])))
+    return correct.sum() / jnp.maximum(count.sum(), 1.0)
+
+  return acc_of(jnp.ones(masks.shape[1:])), _chunked_vmap(acc_of, masks, chunk)
+
+
+def trainer_apply(trainer, params, ids, batch_index, freq_mask):
+  from pe_spectral.model import apply_model
+  return apply_model(trainer.graphdef, params, ids, freq_mask=freq_mask,
+                     position_key=trainer.eval_position_key(batch_index))
+
+
+def ablate_frequencies(trainer, params, ids, labels, *, mask_chunk: Optional[int] = None,
+                       method: str = "shared") -> dict:
+  """Accuracy with each (layer, head, rotary pair)'s rotation switched off
+  (θ_k -> 0), for every seed, in one compiled call.
+
+  Returns ``{"baseline": [seeds], "ablated": [seeds, layers, heads, pairs],
+  "frequencies": [pairs]}`` (NumPy; ``frequencies``: the pairs' θ_k).
+  Raises ValueError for a model without a rotation on standard heads.
+  """
+  from pe_spectral.model import check_freq_mask
+  if method not in ("shared", "masked"):
+    raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
+  cfg = trainer.model_cfg
+  L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
+  check_freq_mask(cfg, jnp.ones((L, H, P)))
+  fn = trainer.memo(("ablate_frequencies", mask_chunk, method),
+                    lambda: _compile_freq(trainer, mask_chunk, method))
+  base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
+  base, abl = trainer.fetch(base), trainer.fetch(abl)
+  return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),
+          "frequencies": np.asarray(cfg.rotary_frequencies(), np.float64)}
+
+
+def _compile_freq(trainer, mask_chunk, method):
+  cfg = trainer.model_cfg
+  L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
+  masks = frequency_masks(L, H, P)                                  # [L H P, L, H, P]
+  if method == "shared":
+    layer_masks = masks.reshape(L, H * P, L, H, P)[jnp.arange(L), :, jnp.arange(L)]
+    per_seed = lambda p, ids, labels: _shared_freq_accuracies(
+        trainer, p, ids, labels, layer_masks, mask_chunk)            # [L, H P, H, P]
+  else:
+    per_seed = lambda p, ids, labels: _masked_freq_accuracies(
+        trainer, p, ids, labels, masks, mask_chunk)
+  return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))

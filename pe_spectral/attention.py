@@ -274,8 +274,11 @@ class MultiHeadAttention(nnx.Module):
   def _heads(self, x):
     return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
 
-  def project_qk(self, x_q, x_kv, positions):
-    """Queries and keys ``[batch, seq, heads, head_dim]`` after the q/k transform."""
+  def project_qk(self, x_q, x_kv, positions, freq_mask=None):
+    """Queries and keys ``[batch, seq, heads, head_dim]`` after the q/k transform.
+
+    ``freq_mask [heads, head_dim/2]``: where 0, that pair of that head keeps its
+    unrotated value (its angle set to 0); 1 rotates as usual."""
     q = self._heads(self.q_proj(x_q))
     k = self._heads(self.k_proj(x_kv))
     if self.rope_heads > 0:
@@ -286,17 +289,21 @@ class MultiHeadAttention(nnx.Module):
         rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]
         q_rot = jnp.where(rotated, q_rot, q)
         k_rot = jnp.where(rotated, k_rot, k)
+      if freq_mask is not None:
+        keep = jnp.repeat(freq_mask, 2, axis=-1).astype(bool)  # pairs -> channels
+        q_rot = jnp.where(keep, q_rot, q)
+        k_rot = jnp.where(keep, k_rot, k)
       q, k = q_rot, k_rot
     return q, k
 
   def head_outputs(self, x_q, x_kv, *, positions, bias=None, mask=None,
-                   dropout_key=None, bias_fn=None, factor=None):
+                   dropout_key=None, bias_fn=None, factor=None, freq_mask=None):
     """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``).
 
     ``bias_fn(q, k)`` adds a logit term computed from the queries and keys
     (a contextual PE such as CoPE) to ``bias``; ``factor`` multiplies the
     content logits (:func:`attention`)."""
-    q, k = self.project_qk(x_q, x_kv, positions)
+    q, k = self.project_qk(x_q, x_kv, positions, freq_mask)
     if bias_fn is not None:
       extra = bias_fn(q, k)
       bias = extra if bias is None else bias + extra

@@ -325,8 +325,9 @@ class _Block(nnx.Module):
     input embeddings ``e`` in faithful mode (the paper's quirk)."""
     return e if self.cfg.kv_from_input else h
 
-  def head_outputs(self, x, e, *, positions, mask, key=None):
-    """This block's per-head attention outputs ``[batch, seq, heads, head_dim]``."""
+  def head_outputs(self, x, e, *, positions, mask, key=None, freq_mask=None):
+    """This block's per-head attention outputs ``[batch, seq, heads, head_dim]``
+    (``freq_mask [heads, pairs]``: 0 turns that rotary pair's rotation off)."""
     h = self.ln1(x)
     bias = self.bias(x.shape[1], positions)
     if self.cfg.is_mla:
@@ -337,7 +338,8 @@ class _Block(nnx.Module):
       bias_fn = lambda q, k: self.content_bias(q, k, mask)
     return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
                                   mask=mask, dropout_key=key, bias_fn=bias_fn,
-                                  factor=self.logit_factor(x.shape[1], positions))
+                                  factor=self.logit_factor(x.shape[1], positions),
+                                  freq_mask=freq_mask)
 
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)
@@ -356,9 +358,10 @@ class _Block(nnx.Module):
     f = dropout(self.ff2(f), cfg.dropout, keys[3])
     return x + f
 
-  def __call__(self, x, e, *, positions, mask, head_mask, key):
+  def __call__(self, x, e, *, positions, mask, head_mask, key, freq_mask=None):
     keys = [None] * 4 if key is None else list(jax.random.split(key, 4))
-    o = self.head_outputs(x, e, positions=positions, mask=mask, key=keys[0])
+    o = self.head_outputs(x, e, positions=positions, mask=mask, key=keys[0],
+                          freq_mask=freq_mask)
     return self.finish(x, o, head_mask=head_mask, keys=keys)
 
 
@@ -409,23 +412,28 @@ class TransformerClassifier(nnx.Module):
 
   def __call__(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
                head_mask: Optional[jax.Array] = None,
-               position_key: Optional[jax.Array] = None) -> jax.Array:
+               position_key: Optional[jax.Array] = None,
+               freq_mask: Optional[jax.Array] = None) -> jax.Array:
     """Class logits ``[batch, num_classes]``.
 
     Args:
       ids: int ``[batch, seq]`` token ids, 0 = padding, ``seq <= max_len``.
       dropout_key: PRNG key enabling dropout (training); None = deterministic.
       head_mask: ``[num_layers, num_heads]`` output factors (1 keep, 0 ablate).
+      freq_mask: ``[num_layers, num_heads, head_dim/2]``: 1 keeps a rotary
+        pair's rotation, 0 sets its angle to 0 (θ_k -> 0; rotary PEs in
+        standard attention only).
       position_key: PRNG key of the randomized positions (``random_positions``
         only; default: derived from ``dropout_key`` in training, a fixed key
         in evaluation).
     """
     return self.forward(ids, dropout_key=dropout_key, head_mask=head_mask,
-                        position_key=position_key)[0]
+                        position_key=position_key, freq_mask=freq_mask)[0]
 
   def forward(self, ids: jax.Array, *, dropout_key: Optional[jax.Array] = None,
               head_mask: Optional[jax.Array] = None, input_pe: bool = True,
-              position_key: Optional[jax.Array] = None):
+              position_key: Optional[jax.Array] = None,
+              freq_mask: Optional[jax.Array] = None):
     """``(logits, e, layer_inputs)``: also the input embeddings ``e`` and each
     block's input residual stream (for analysis). ``input_pe=False`` drops the
     input positional table (the content-only counterpart used by
@@ -436,6 +444,8 @@ class TransformerClassifier(nnx.Module):
     check_token_ids(ids, cfg.vocab_size)
     if head_mask is not None:
       chex.assert_shape(head_mask, (cfg.num_layers, cfg.num_heads))
+    if freq_mask is not None:
+      check_freq_mask(cfg, freq_mask)
     ctx = self.context(ids, dropout_key=dropout_key, position_key=position_key)
     e = self.embed_inputs(ids, ctx["positions"]) if input_pe else self.embed(ids)
     x = e
@@ -444,7 +454,7 @@ class TransformerClassifier(nnx.Module):
       inputs.append(x)
       key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
       x = block(x, e, **ctx, head_mask=None if head_mask is None else head_mask[i],
-                key=key)
+                key=key, freq_mask=None if freq_mask is None else freq_mask[i])
     return self.classify(x, ids), e, inputs
 
   def context(self, ids: jax.Array, *, dropout_key=None, position_key=None) -> dict:
@@ -474,6 +484,19 @@ class TransformerClassifier(nnx.Module):
     else:
       pooled = x.mean(1)
     return self.head(pooled)
+
+
+def check_freq_mask(cfg: ModelConfig, freq_mask) -> None:
+  """Raises ``ValueError`` unless ``freq_mask`` can switch off ``cfg``'s
+  rotary pairs: a rotary PE in standard attention, shape
+  ``[num_layers, num_heads, head_dim/2]``."""
+  if cfg.is_mla or cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
+    raise ValueError(f"frequency masks need a rotation on standard attention heads; "
+                     f"pe={cfg.pe!r} has none")
+  want = (cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
+  if tuple(jnp.shape(freq_mask)) != want:
+    raise ValueError(f"freq_mask must be [layers, heads, head_dim/2] = {list(want)}, got "
+                     f"{list(jnp.shape(freq_mask))}")
 
 
 def check_token_ids(ids, vocab_size: int) -> None:
@@ -506,8 +529,8 @@ def init_model(cfg: ModelConfig, key: jax.Array):
 
 
 def apply_model(graphdef, params, ids, *, dropout_key=None, head_mask=None,
-                position_key=None):
+                position_key=None, freq_mask=None):
   """Pure forward pass: ``nnx.merge`` then call (for jit/vmap/grad)."""
   model = nnx.merge(graphdef, params)
   return model(ids, dropout_key=dropout_key, head_mask=head_mask,
-               position_key=position_key)
+               position_key=position_key, freq_mask=freq_mask)

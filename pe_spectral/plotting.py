@@ -323,3 +323,141 @@ def length_curves(results: list[dict], path: str, title: str = "") -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+_THESIS_COLORS = {"rope": "tab:blue", "rope_additive": "tab:cyan",
+                  "alibi_multiplicative": "tab:red", "alibi": "tab:orange"}
+
+
+def _color(pe, i):
+  return _THESIS_COLORS.get(pe, f"C{i}")
+
+
+def _log_band(ax, x, per_seed, label, color, style="-"):
+  """Geometric mean ± one geometric std over seeds of positive ``[evals, seeds]``."""
+  a = np.log(np.asarray(per_seed, float))
+  mean, std = a.mean(1), a.std(1)
+  ax.plot(x, np.exp(mean), style, color=color, label=label)
+  ax.fill_between(x, np.exp(mean - std), np.exp(mean + std), color=color, alpha=0.15, lw=0)
+
+
+def thesis_figures(runs: dict, paths: dict) -> None:
+  """The thesis section's figures from ``{pe: thesis run}`` (``pe_spectral.thesis``):
+
+  * ``paths["ratio"]``: coupling ratio over training per PE and layer (contraction
+    ratio for multiplicative PEs, widening ratio for additive ones; geometric
+    mean and band over seeds; 1 = no effect);
+  * ``paths["sharpness"]``: Adam-preconditioned sharpness and the top Hessian
+    eigenvalue over training;
+  * ``paths["scatter"]``: examples to 90 % of final test accuracy against the
+    early coupling ratio, one point per seed;
+  * ``paths["curves"]``: test accuracy over training.
+  """
+  from pe_spectral import thesis
+  pes = list(runs)
+  layers = thesis.ratio_over_training(runs[pes[0]]).shape[-1]
+  fig, axes = plt.subplots(1, layers, figsize=(4.2 * layers, 3.4), dpi=110, squeeze=False)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    ratio = thesis.ratio_over_training(r)                        # [evals, seeds, layers]
+    ex = [row["examples_seen"] for row in r["metrics"]][:ratio.shape[0]]
+    for layer in range(layers):
+      _log_band(axes[0, layer], np.asarray(ex) / 1e3, ratio[:, :, layer],
+                f"{pe} ({r['coupling'][:4]}.)", _color(pe, i))
+  for layer, ax in enumerate(axes[0]):
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("examples seen per seed (thousands)")
+    ax.set_ylabel("spread(S(L)) / spread without the coupling")
+    ax.set_title(f"layer {layer}: head median", fontsize=9)
+    ax.grid(alpha=0.3)
+  axes[0, 0].legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(paths["ratio"])
+  plt.close(fig)
+
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    if not r["curvature"]:
+      continue
+    ex = np.asarray([row["step"] for row in r["curvature"]], float)
+    ex = ex * r["config"]["run"]["train"]["batch_size"] / 1e3
+    _log_band(axes[0], ex, [row["precond_sharpness"] for row in r["curvature"]], pe,
+              _color(pe, i))
+    _log_band(axes[1], ex, [np.asarray(row["top_eigs"])[:, 0] for row in r["curvature"]],
+              pe, _color(pe, i))
+  axes[0].set_ylabel("λ_max(P⁻¹H), Adam's P")
+  axes[1].set_ylabel("λ_max(H)")
+  for ax in axes:
+    ax.set_yscale("log")
+    ax.set_xlabel("examples seen per seed (thousands)")
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7)
+  fig.suptitle("loss curvature on 64 fixed training examples (geometric mean ± std over seeds)",
+               fontsize=9)
+  fig.tight_layout()
+  fig.savefig(paths["sharpness"])
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    mark = "o" if thesis.converged(r) else "x"
+    ax.scatter(thesis.early_ratio(r), thesis.examples_to_threshold(r) / 1e3, marker=mark,
+               color=_color(pe, i),
+               label=pe + ("" if thesis.converged(r) else " (not converged)"))
+  ax.set_xscale("log")
+  ax.axvline(1.0, color="k", lw=0.8)
+  ax.set_xlabel("coupling ratio at the first evaluation (layer geometric mean)")
+  ax.set_ylabel("examples to 90 % of final test acc (k)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(paths["scatter"])
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    ex = np.asarray([row["examples_seen"] for row in r["metrics"]]) / 1e3
+    _band(ax, ex, [row["test_accuracy"] for row in r["metrics"]], pe, _color(pe, i))
+  ax.set_xlabel("examples seen per seed (thousands)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_ylim(0, 100)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, loc="lower right")
+  fig.tight_layout()
+  fig.savefig(paths["curves"])
+  plt.close(fig)
+
+
+def frequency_heatmaps(drop, frequencies, deposit_head, seeds, path: str,
+                       title: str = "") -> None:
+  """One heads x frequency-pairs heatmap per seed (``drop [seeds, heads, pairs]``,
+  accuracy points lost when that head's pair is unrotated); the seed's
+  deposit head (largest single-head drop) is boxed."""
+  drop = np.asarray(drop, float)
+  n = drop.shape[0]
+  cols = min(4, n)
+  rows = -(-n // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.2 * rows + 0.6), dpi=110,
+                           squeeze=False)
+  vmax = max(np.abs(drop).max(), 1e-6)
+  for ax in axes.flat[n:]:
+    ax.axis("off")
+  for s, ax in enumerate(axes.flat[:n]):
+    im = ax.imshow(drop[s], cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+    h = int(deposit_head[s])
+    ax.add_patch(plt.Rectangle((-0.5, h - 0.5), drop.shape[2], 1, fill=False, lw=1.5,
+                               ec="k"))
+    ax.set_title(f"seed {seeds[s]} (deposit head {h})", fontsize=8)
+    ax.set_yticks(range(drop.shape[1]))
+    ax.set_xticks(range(drop.shape[2]))
+    ax.set_xticklabels([f"{f:.2g}" for f in frequencies], rotation=90, fontsize=6)
+    ax.set_xlabel("θ_k", fontsize=7)
+    ax.set_ylabel("head", fontsize=7)
+  fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="drop (points)")
+  fig.suptitle(title, fontsize=9)
+  fig.savefig(path, bbox_inches="tight")
+  plt.close(fig)
