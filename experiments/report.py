@@ -854,7 +854,7 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
   any_run = next(iter(truns.values()))
   tr = any_run["config"]["run"]["train"]
   lines += [
-      "The 2×2 design of [docs/study.md](docs/study.md) ("The thesis", pre-registered before "
+      "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
       "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
       "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
       f"`{any_run['summary']['preset']}` preset, Task 1, {tr['epochs']} epochs, "
@@ -879,6 +879,7 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
                  f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
                  f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
                  f"{int(thesis.spike_counts(r).sum())} |")
+  os.makedirs(figdir, exist_ok=True)
   paths = {k: os.path.join(figdir, f"thesis_{k}.png")
            for k in ("curves", "ratio", "sharpness", "scatter")}
   plotting.thesis_figures(truns, paths)
