@@ -887,8 +887,45 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
             f"![coupling ratio over training]({rel(paths['ratio'])})", "",
             f"![sharpness over training]({rel(paths['sharpness'])})", "",
             f"![examples to threshold vs early ratio]({rel(paths['scatter'])})", ""]
-  lines += ["Verdicts (e), (f), (f2), (g) are in the verdict table at the top. Frequency-band "
-            "attribution of the deposit (per-frequency masks) is not built yet.", ""]
+  lines += frequency_lines(truns, figdir, rel)
+  lines += ["Verdicts (e), (f), (f2), (g) are in the verdict table at the top.", ""]
+  return lines
+
+
+def frequency_lines(truns: dict, figdir: str, rel) -> list[str]:
+  """The frequency-band attribution of each seed's layer-0 deposit head, from a
+  committed ``ablation-freq.json`` (``ablate --frequencies``)."""
+  import json
+  from pe_spectral import plotting
+  lines = []
+  for pe, r in truns.items():
+    path = os.path.join(r.get("workdir", ""), "ablation-freq.json")
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      fr = json.load(f)
+    drop = np.asarray(fr["drop_points"])                      # [seeds, L, H, P]
+    theta = np.asarray(fr["frequencies"])
+    heads = np.asarray(fr["deposit_head"])[:, 0]
+    fig = os.path.join(figdir, f"thesis_frequencies_{pe}.png")
+    plotting.frequency_heatmaps(drop[:, 0], theta, heads, fr["seeds"], fig,
+                                f"{pe}: layer 0, accuracy drop (points) with one head's "
+                                "rotary pair unrotated; deposit head boxed")
+    lines += [f"**Which frequencies carry the deposit ({pe}).** Each (layer, head, rotary "
+              f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
+              f"{fr['num_examples']} test examples; the deposit head is the layer-0 head whose "
+              "knock-out costs most (head ablation). Per seed: the deposit head's largest "
+              "single-pair drop, its pair's θ_k, and the share of the head's positive "
+              "pair-drops carried by its top pair.", "",
+              "| seed | deposit head | largest pair drop (points) | θ_k | share of the head's "
+              "pair damage |", "|---|---|---|---|---|"]
+    for s, seed in enumerate(fr["seeds"]):
+      d = drop[s, 0, heads[s]]
+      k = int(np.argmax(d))
+      pos = np.clip(d, 0, None).sum()
+      share = f"{d[k] / pos:.2f}" if pos > 0 else "—"
+      lines.append(f"| {seed} | {heads[s]} | {d[k]:.1f} | {theta[k]:.3g} | {share} |")
+    lines += ["", f"![frequency heatmaps {pe}]({rel(fig)})", ""]
   return lines
 
 

@@ -220,7 +220,9 @@ def toeplitz_eig_bounds(coeffs, num_points: Union[None, int, Sequence[int]] = No
   ``2ε⌈log2 M⌉‖t‖₁`` so the guarantee survives float32 rounding.
 
   Args:
-    coeffs: ``[..., 2n-1]`` Hermitian coefficients (``t_{-k} = conj(t_k)``).
+    coeffs: ``[..., 2n-1]`` Hermitian coefficients ``t_{-(n-1)}, ..., t_0, ...,
+      t_{n-1}`` (``t_0`` at index ``n-1``, the middle; ``T[i, j] = t_{j-i}``;
+      ``t_{-k} = conj(t_k)``).
     num_points: ``M`` or a tuple of ``M``'s, each >= 2n-1 (default 2n).
   Returns:
     ``(lo, hi)`` with the batch shape of ``coeffs``.
@@ -530,7 +532,8 @@ def rope_min_base(context_len: int, head_dim: int, *, max_base: float = 1e12,
     head_dim: ``d`` (even); pairs ``i = 0..d/2-1``.
     max_base: give up (``ValueError``) beyond this base.
   Returns:
-    ``b`` as a Python float (1.0 if ``L <= 1``... every base works).
+    ``b`` as a Python float; 1.0 when ``L <= 1`` (only distance 0 is checked,
+    where every base gives ``B = d/2 > 0``).
   """
   if head_dim < 2 or head_dim % 2:
     raise ValueError(f"head_dim must be even and >= 2, got {head_dim}")
@@ -658,7 +661,10 @@ def contraction_ratio(eigs_after, eigs_before, kind: str = "spread"):
 
 
 def hadamard_contraction_ratio(a, c):
-  """``spread(A∘C) / spread(A)``; in ``[0, 1]`` when C is a correlation matrix (Thm 4)."""
+  """``spread(A∘C) / spread(A)`` for a Hermitian content matrix ``a`` and a
+  positional matrix ``c`` (both ``[..., n, n]``; e.g. ``a`` a Gram ``Q Kᵀ``
+  made Hermitian and ``c`` RoPE's phases or the KMS decay). In ``[0, 1]`` when
+  ``c`` is a correlation matrix, i.e. PSD with unit diagonal (Thm 4)."""
   return contraction_ratio(jnp.linalg.eigvalsh(a * c), jnp.linalg.eigvalsh(a))
 
 

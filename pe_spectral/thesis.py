@@ -172,7 +172,7 @@ def load(workdir: str, coupling: Optional[str] = None) -> dict:
     with open(path) as f:
       return [json.loads(line) for line in f if line.strip()]
   summary = read("summary.json")
-  return {"summary": summary, "config": read("config.json"), "metrics": jsonl("metrics.jsonl"),
+  return {"workdir": workdir, "summary": summary, "config": read("config.json"), "metrics": jsonl("metrics.jsonl"),
           "steps": jsonl("steps.jsonl"), "spectra": jsonl("spectra.jsonl"),
           "curvature": jsonl("curvature.jsonl"),
           "coupling": coupling or encodings.get(summary["pe"]).coupling}

@@ -8,7 +8,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
-           "launch/lengths_cpu.sh"]
+           "launch/lengths_cpu.sh", "launch/thesis_cpu.sh"]
 
 
 def _run(*args):
