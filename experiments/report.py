@@ -815,6 +815,17 @@ def _ci_txt(m, lo, hi, fmt="{:+.1f}") -> str:
   return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
+def _thesis_budget(truns: dict) -> str:
+  """e.g. ``cpu: rope, rope_additive 16 ep × 8 seeds; alibi 8 ep × 5 seeds``."""
+  groups: dict = {}
+  for pe, r in truns.items():
+    key = (r["config"]["run"]["train"]["epochs"], len(r["summary"]["seeds"]))
+    groups.setdefault(key, []).append(pe)
+  preset = next(iter(truns.values()))["summary"]["preset"]
+  return f"{preset}: " + "; ".join(f"{', '.join(p)} {e} ep × {n} seeds"
+                                  for (e, n), p in groups.items())
+
+
 def thesis_claims(truns: dict) -> list[dict]:
   """The verdict-table rows of (e), (f), (f2), (g)."""
   from pe_spectral import thesis
@@ -851,14 +862,12 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
   if not truns:
     return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
-  any_run = next(iter(truns.values()))
-  tr = any_run["config"]["run"]["train"]
   lines += [
       "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
       "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
       "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
-      f"`{any_run['summary']['preset']}` preset, Task 1, {tr['epochs']} epochs, "
-      f"{len(any_run['summary']['seeds'])} seeds paired by seed; the coupling ratio is "
+      f"Task 1, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
+      "coupling ratio is "
       "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
       "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
       "λ_max(P⁻¹H) on 64 fixed training examples.", "",
@@ -945,7 +954,7 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None) ->
   truns = {} if thesis_runs is None else thesis_runs
   if truns:
     parts = parts[:-1] + [
-        f"| ({cid}) {claim} | clean | thesis (cpu, {next(iter(truns.values()))['config']['run']['train']['epochs']} epochs) | "
+        f"| ({cid}) {claim} | clean | {_thesis_budget(truns)} | "
         f"{_chance_ceiling('distance', STUDY_PRESET, ceil)} | "
         f"{'the paper: contraction stabilises and speeds training' if cid != 'g' else 'ICLR version'} | "
         f"{ev} | **{v}** |" for cid, claim, ev, v in thesis_claims(truns)] + [""]
