@@ -91,3 +91,9 @@ def test_lengths_study_skips_committed_pes():
   assert out.returncode == 0, out.stderr[-2000:]
   assert "results/lengths/rope-cpu is committed: skipping rope" in out.stderr
   assert "results/lengths/mla-cpu is committed: skipping mla" in out.stderr
+
+
+def test_thesis_study_skips_committed_pes():
+  out = _run("launch/thesis_cpu.sh", "rope_additive")
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "results/thesis/rope_additive is committed: skipping rope_additive" in out.stderr
