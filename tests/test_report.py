@@ -112,7 +112,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   out = tmp_path / "RESULTS.md"
   fig = tmp_path / "fig"
   cmd = [sys.executable, "-m", "experiments.report", f"--runs={runs}", f"--out={out}",
-         f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}"]
+         f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}",
+         f"--thesis={tmp_path / 'no-thesis'}"]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   text = out.read_text()
