@@ -37,6 +37,8 @@ flags.DEFINE_bool("frequencies", False,
                   "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
                   "write ablation-freq.json + a heads x frequencies heatmap per seed "
                   "(rotary PEs only).")
+flags.DEFINE_integer("examples", None, "Evaluate on the first N examples of the split "
+                     "(default: all of it).")
 flags.DEFINE_enum("method", "shared", ["shared", "masked"],
                   "shared: reuse the un-ablated prefix (layers < l, layer l's attention); "
                   "masked: the full masked model per mask (the reference; --leak uses it).")
@@ -65,6 +67,9 @@ def main(argv):
   if FLAGS.leak and FLAGS.mode != "single":
     print("error: --leak only applies to --mode=single", file=sys.stderr)
     return 2
+  if FLAGS.examples is not None and FLAGS.examples < 1:
+    print("error: --examples must be >= 1", file=sys.stderr)
+    return 2
   if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
     print("error: --mask_chunk must be >= 1", file=sys.stderr)
     return 2
@@ -84,6 +89,11 @@ def analyse(wd: str) -> int:
   if FLAGS.split == "all":
     ids = jnp.concatenate([data.train_ids, data.test_ids])
     labels = jnp.concatenate([data.train_labels, data.test_labels])
+  if FLAGS.examples is not None:
+    if FLAGS.examples > ids.shape[0]:
+      print(f"note: --examples={FLAGS.examples} exceeds the split's {ids.shape[0]} examples; "
+            "using all of them", file=sys.stderr)
+    ids, labels = ids[:FLAGS.examples], labels[:FLAGS.examples]
   ids, labels = trainer.replicate((ids, labels))
   res = ablation.ablate_heads(trainer, states["params"], ids, labels,
                               mode=FLAGS.mode, leak=FLAGS.leak,
