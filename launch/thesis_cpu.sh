@@ -7,22 +7,35 @@
 # with seeds 0-4 (docs/study.md says why). Each run is resumable (rerun to continue) and, once finished, its small
 # files are copied to results/thesis/<pe>/ so the report rebuilds from git.
 # A PE already there is skipped (FORCE=1 redoes it).
-#   launch/thesis_cpu.sh [PE ...]      (default: the four, rotary pair first)
+# --long: the rotary pair's longer budget (32 epochs, seeds 0-4; the second
+# amendment in docs/study.md), in runs/thesis-32ep/ and results/thesis-32ep/.
+#   launch/thesis_cpu.sh [--long] [PE ...]   (default: the four, rotary pair first;
+#                                             with --long: rope_additive rope)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+long=""
+if [[ "${1:-}" == "--long" ]]; then long=1; shift; fi
 PES=("$@")
-[[ ${#PES[@]} -gt 0 ]] || PES=(rope_additive rope alibi_multiplicative alibi)
+if [[ ${#PES[@]} -eq 0 ]]; then
+  if [[ -n "$long" ]]; then PES=(rope_additive rope); else PES=(rope_additive rope alibi_multiplicative alibi); fi
+fi
+name=thesis
+[[ -z "$long" ]] || name=thesis-32ep
 for pe in "${PES[@]}"; do
-  out="results/thesis/${pe}"
+  out="results/${name}/${pe}"
   if [[ -z "${FORCE:-}" && -f "$out/summary.json" ]]; then
     echo "$out is committed: skipping ${pe}" >&2
     continue
   fi
-  case "$pe" in
-    rope|rope_additive) epochs=16 seeds=8 ;;
-    *) epochs=8 seeds=5 ;;
-  esac
-  wd="runs/thesis/${pe}"
+  if [[ -n "$long" ]]; then
+    epochs=32 seeds=5
+  else
+    case "$pe" in
+      rope|rope_additive) epochs=16 seeds=8 ;;
+      *) epochs=8 seeds=5 ;;
+    esac
+  fi
+  wd="runs/${name}/${pe}"
   python -m experiments.sweep --preset=cpu --task=distance --pe="$pe" --seeds="$seeds" \
     --epochs="$epochs" --record_spectra=16 --record_curvature=64 --workdir="$wd"
   mkdir -p "$out"
