@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from typing import Sequence
 
 from pe_spectral import xla_config
 
@@ -40,8 +41,11 @@ flags.DEFINE_string("figdir", os.path.join("results", "figures"),
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
 flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
                     "Directory of <run>/lengths*.json (experiments.lengths) to report.")
-flags.DEFINE_string("thesis", os.path.join("results", "thesis"),
-                    "Directory of the coupling study's <pe>/ runs (launch/thesis_cpu.sh).")
+flags.DEFINE_list("thesis", [os.path.join("results", "thesis"),
+                              os.path.join("results", "thesis-32ep")],
+                  "Directories of the coupling study's <pe>/ runs, one per budget "
+                  "(launch/thesis_cpu.sh [--long]); each pair is judged at its longest "
+                  "budget (docs/study.md).")
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -811,6 +815,13 @@ def load_thesis(root: str) -> dict:
   return {d: thesis.load(os.path.join(root, d)) for d in found}
 
 
+def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
+  """``(judged, superseded)`` over several budget directories
+  (:func:`pe_spectral.thesis.judged_runs`)."""
+  from pe_spectral import thesis
+  return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
+
+
 def _ci_txt(m, lo, hi, fmt="{:+.1f}") -> str:
   return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
@@ -856,7 +867,31 @@ def thesis_claims(truns: dict) -> list[dict]:
   return rows
 
 
-def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
+def _thesis_table(truns: dict) -> list[str]:
+  from pe_spectral import stats, thesis
+  lines = [
+      "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
+      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | loss spikes (total) |",
+      "|---|---|---|---|---|---|---|---|"]
+  e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
+  for pe, r in truns.items():
+    acc = np.asarray(r["summary"]["test_accuracy"]) * 100
+    m, lo, hi = stats.bootstrap_mean_ci(acc)
+    per = r["summary"]["plateau"]["per_seed"]
+    nl = thesis.ratio_over_training(r).shape[-1]
+    ratios = " / ".join(f"{e_rows[(pe, l)]['ratio']:.3f} [{e_rows[(pe, l)]['lo']:.3f}, "
+                        f"{e_rows[(pe, l)]['hi']:.3f}]" for l in range(nl))
+    sharp = thesis.peak_sharpness(r) if r["curvature"] else None
+    lines.append(f"| {pe} | {r['coupling']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | "
+                 f"{sum(per)}/{len(per)} | {ratios} | "
+                 f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
+                 f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
+                 f"{int(thesis.spike_counts(r).sum())} |")
+  return lines
+
+
+def thesis_section(truns: dict, figdir: str, outdir: str,
+                   superseded: Sequence[dict] = ()) -> list[str]:
   from pe_spectral import plotting, thesis
   lines = ["## Spectral contraction and optimisation", ""]
   if not truns:
@@ -871,23 +906,10 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
       "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
       "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
       "λ_max(P⁻¹H) on 64 fixed training examples.", "",
-      "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
-      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | loss spikes (total) |",
-      "|---|---|---|---|---|---|---|---|"]
-  e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
-  for pe, r in truns.items():
-    acc = np.asarray(r["summary"]["test_accuracy"]) * 100
-    m, lo, hi = __import__("pe_spectral.stats", fromlist=["x"]).bootstrap_mean_ci(acc)
-    per = r["summary"]["plateau"]["per_seed"]
-    nl = thesis.ratio_over_training(r).shape[-1]
-    ratios = " / ".join(f"{e_rows[(pe, l)]['ratio']:.3f} [{e_rows[(pe, l)]['lo']:.3f}, "
-                        f"{e_rows[(pe, l)]['hi']:.3f}]" for l in range(nl))
-    sharp = thesis.peak_sharpness(r) if r["curvature"] else None
-    lines.append(f"| {pe} | {r['coupling']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | "
-                 f"{sum(per)}/{len(per)} | {ratios} | "
-                 f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
-                 f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
-                 f"{int(thesis.spike_counts(r).sum())} |")
+      ] + _thesis_table(truns)
+  for sup in superseded:
+    lines += ["", f"Superseded by a longer budget (docs/study.md, second amendment), kept for "
+              f"reference: {_thesis_budget(sup)}.", ""] + _thesis_table(sup)
   os.makedirs(figdir, exist_ok=True)
   paths = {k: os.path.join(figdir, f"thesis_{k}.png")
            for k in ("curves", "ratio", "sharpness", "scatter")}
@@ -896,21 +918,24 @@ def thesis_section(truns: dict, figdir: str, outdir: str) -> list[str]:
             f"![coupling ratio over training]({rel(paths['ratio'])})", "",
             f"![sharpness over training]({rel(paths['sharpness'])})", "",
             f"![examples to threshold vs early ratio]({rel(paths['scatter'])})", ""]
-  lines += frequency_lines(truns, figdir, rel)
+  lines += frequency_lines([truns, *superseded], figdir, rel)
   lines += ["Verdicts (e), (f), (f2), (g) are in the verdict table at the top.", ""]
   return lines
 
 
-def frequency_lines(truns: dict, figdir: str, rel) -> list[str]:
+def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
   """The frequency-band attribution of each seed's layer-0 deposit head, from a
-  committed ``ablation-freq.json`` (``ablate --frequencies``)."""
+  committed ``ablation-freq.json`` (``ablate --frequencies``): per PE, the
+  first budget in ``budgets`` that has one."""
   import json
   from pe_spectral import plotting
-  lines = []
-  for pe, r in truns.items():
+  from pe_spectral import thesis
+  lines, done = [], set()
+  for pe, r in ((pe, r) for b in budgets for pe, r in b.items()):
     path = os.path.join(r.get("workdir", ""), "ablation-freq.json")
-    if not os.path.exists(path):
+    if pe in done or not os.path.exists(path):
       continue
+    done.add(pe)
     with open(path) as f:
       fr = json.load(f)
     drop = np.asarray(fr["drop_points"])                      # [seeds, L, H, P]
@@ -920,7 +945,8 @@ def frequency_lines(truns: dict, figdir: str, rel) -> list[str]:
     plotting.frequency_heatmaps(drop[:, 0], theta, heads, fr["seeds"], fig,
                                 f"{pe}: layer 0, accuracy drop (points) with one head's "
                                 "rotary pair unrotated; deposit head boxed")
-    lines += [f"**Which frequencies carry the deposit ({pe}).** Each (layer, head, rotary "
+    e, n = thesis.budget(r)
+    lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** Each (layer, head, rotary "
               f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
               f"{fr['num_examples']} test examples; the deposit head is the layer-0 head whose "
               "knock-out costs most (head ablation). Per seed: the deposit head's largest "
@@ -938,7 +964,8 @@ def frequency_lines(truns: dict, figdir: str, rel) -> list[str]:
   return lines
 
 
-def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None) -> str:
+def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
+           thesis_superseded=()) -> str:
   from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
@@ -984,7 +1011,7 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None) ->
         parts += pt + [""]
   parts += deposit_section(runs, figdir, outdir)
   parts += lengths_section(list(lengths), figdir, outdir)
-  parts += thesis_section(truns, figdir, outdir)
+  parts += thesis_section(truns, figdir, outdir, thesis_superseded)
   parts += spectra_section(runs)
   if ceil:
     parts += ["## Task 1 ceilings", "",
@@ -1005,7 +1032,7 @@ def main(argv):
           file=sys.stderr)
     return 2
   text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
-                load_lengths(FLAGS.lengths), load_thesis(FLAGS.thesis))
+                load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

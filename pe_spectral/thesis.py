@@ -18,7 +18,7 @@ from pe_spectral import stats
 
 __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over_training",
            "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts",
-           "claim_e", "claim_f_pair", "claim_f", "claim_f2", "load"]
+           "claim_e", "claim_f_pair", "claim_f", "claim_f2", "budget", "judged_runs", "load"]
 
 # (kernel, multiplicative member, additive member)
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
@@ -157,6 +157,51 @@ def claim_f2(runs: dict) -> dict:
   verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[side]
   return {"pes": sorted(used), "rho": rho, "lo": lo, "hi": hi, "n": len(x),
           "verdict": verdict}
+
+
+def budget(run: dict) -> tuple:
+  """``(epochs, seeds)`` a run trained with."""
+  return (int(run["config"]["run"]["train"]["epochs"]), len(run["summary"]["seeds"]))
+
+
+def judged_runs(budgets: Sequence[dict]) -> tuple[dict, list[dict]]:
+  """Picks the runs that judge the claims (docs/study.md, second amendment).
+
+  Args:
+    budgets: one ``{pe: thesis run}`` per committed budget directory.
+
+  Returns:
+    ``(judged, superseded)``: ``judged`` maps each PE to one run. A pair is
+    judged at the longest budget (most epochs, then most seeds; the later
+    directory on a tie) at which *both* its members exist; a PE whose partner
+    exists nowhere is taken at its own longest budget. ``superseded`` lists the
+    other runs, each a ``{pe: run}`` per directory, in input order, empties
+    dropped.
+  """
+  def best(indices, pe):
+    return max(indices, key=lambda i: (budget(budgets[i][pe]), i))
+  chosen: dict = {}  # pe -> index of the directory
+  pair_pes = set()
+  for _, m, a in PAIRS:
+    pair_pes |= {m, a}
+    both = [i for i, b in enumerate(budgets) if m in b and a in b]
+    if both:
+      # A pair's budget: the smaller of its members' (they match by design).
+      i = max(both, key=lambda i: (min(budget(budgets[i][m]), budget(budgets[i][a])), i))
+      chosen[m] = chosen[a] = i
+    else:
+      for pe in (m, a):
+        have = [i for i, b in enumerate(budgets) if pe in b]
+        if have:
+          chosen[pe] = best(have, pe)
+  for pe in sorted({pe for b in budgets for pe in b} - pair_pes):
+    chosen[pe] = best([i for i, b in enumerate(budgets) if pe in b], pe)
+  order = [pe for _, m, a in PAIRS for pe in (m, a)]
+  order += sorted(set(chosen) - set(order))
+  judged = {pe: budgets[chosen[pe]][pe] for pe in order if pe in chosen}
+  superseded = [{pe: r for pe, r in b.items() if chosen.get(pe) != i}
+                for i, b in enumerate(budgets)]
+  return judged, [b for b in superseded if b]
 
 
 def load(workdir: str, coupling: Optional[str] = None) -> dict:

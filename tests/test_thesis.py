@@ -51,6 +51,35 @@ def _four(**over):
   return base
 
 
+def _with_budget(run, epochs):
+  run = dict(run, config=dict(run["config"], run={"train": dict(run["config"]["run"]["train"],
+                                                              epochs=epochs)}))
+  return run
+
+
+def test_each_pair_is_judged_at_its_longest_complete_budget():
+  """The second amendment's rule: a pair at the longest budget holding both
+  members; a lone member longer elsewhere does not pull its pair along."""
+  short = {pe: _with_budget(r, 16) for pe, r in _four().items()}
+  long_ = {pe: _with_budget(r, 32) for pe, r in _four().items()
+           if pe in ("rope", "rope_additive", "alibi")}   # alibi's partner missing
+  judged, sup = thesis.judged_runs([short, long_])
+  assert list(judged) == ["rope", "rope_additive", "alibi_multiplicative", "alibi"]
+  assert [thesis.budget(judged[pe])[0] for pe in judged] == [32, 32, 16, 16]
+  assert [sorted(b) for b in sup] == [["rope", "rope_additive"], ["alibi"]]
+  # Order of the directories does not matter; an unpaired extra PE rides along.
+  extra = {"nope": _with_budget(_run("nope", "additive", ratio=1.0, speed=3), 8)}
+  judged2, sup2 = thesis.judged_runs([long_, short, extra])
+  assert {pe: thesis.budget(r) for pe, r in judged2.items()} == {
+      "rope": (32, 8), "rope_additive": (32, 8), "alibi_multiplicative": (16, 8),
+      "alibi": (16, 8), "nope": (8, 8)}
+  assert [sorted(b) for b in sup2] == [["alibi"], ["rope", "rope_additive"]]
+  # Only a shorter pair member at the longer budget: nothing moves.
+  judged3, _ = thesis.judged_runs([short, {"rope": long_["rope"]}])
+  assert thesis.budget(judged3["rope"])[0] == 16
+  assert thesis.judged_runs([]) == ({}, [])
+
+
 def test_claim_e_reproduced_refuted_inconclusive():
   assert thesis.claim_e(_four())["verdict"] == "reproduced"
   wrong = _four(rope=_run("rope", "multiplicative", ratio=1.3, speed=2))
