@@ -75,17 +75,21 @@ def _chunked_vmap(fn, xs, chunk: Optional[int]):
   return out.reshape((n_chunks * chunk,) + out.shape[2:])[:n]
 
 
-def _masked_accuracies(trainer, p, ids, labels, masks, chunk):
-  """Reference path: the full masked model per mask. ``(baseline, [n_masks])``."""
-  cfg = trainer.model_cfg
-  acc_of = lambda m: trainer.evaluate_params(p, ids, labels, head_mask=m)[0]
-  return (acc_of(jnp.ones((cfg.num_layers, cfg.num_heads))),
-          _chunked_vmap(acc_of, masks, chunk))
+def _masked_accuracies(trainer, p, ids, labels, masks, chunk, kind):
+  """Reference path: the full masked model per mask. ``masks [n, L, H]``
+  (``kind="head"``: factors on head outputs) or ``[n, L, H, P]``
+  (``kind="freq"``: factors on rotation angles). ``(baseline, [n])``."""
+  acc_of = lambda m: trainer.evaluate_params(p, ids, labels, **{f"{kind}_mask": m})[0]
+  return acc_of(jnp.ones(masks.shape[1:])), _chunked_vmap(acc_of, masks, chunk)
 
 
-def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
-  """Prefix-shared path. ``layer_masks [L, M, H]``: factors on layer l's heads
-  (other layers intact). Returns ``(baseline, [L, M])``."""
+def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk, kind):
+  """Prefix-shared path. ``layer_masks [L, M, ...]``: mask factors on layer
+  l only (other layers intact): head factors ``[H]`` (``kind="head"``) or
+  rotation factors ``[H, P]`` (``kind="freq"``). The un-ablated pass runs
+  once per batch; a knock-out in layer l reuses its input to layer l (and, for
+  a head knock-out, the layer's head outputs) and recomputes only layers >= l.
+  Returns ``(baseline, [L, M])``."""
   ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
 
   def one(args):
@@ -102,7 +106,10 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
     per_layer = []
     for l, blk in enumerate(blocks):
       def run(m, l=l, blk=blk):
-        h = blk.finish(xs[l], outs[l], head_mask=m)
+        if kind == "head":
+          h = blk.finish(xs[l], outs[l], head_mask=m)
+        else:
+          h = blk(xs[l], e, **ctx, head_mask=None, key=None, freq_mask=m)
         for later in blocks[l + 1:]:
           h = later(h, e, **ctx, head_mask=None, key=None)
         return hits(model.classify(h, x))
@@ -114,6 +121,24 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk):
                                        jnp.arange(ids_b.shape[0])))
   count = jnp.maximum(count.sum(), 1.0)
   return base.sum() / count, abl.sum(0) / count
+
+
+def _compile_all_seeds(trainer, masks, kind, mask_chunk, method):
+  """The jitted all-seeds ablation over ``masks [L * M, L, ...]`` (mask i
+  differs from all-ones in layer ``i // M`` only, as :func:`head_masks`
+  without ``leak`` and :func:`frequency_masks` build them, when ``method`` is
+  ``"shared"``). The callers keep it on the trainer (``Trainer.memo``), so
+  repeated calls (several splits, a benchmark) reuse its compilation."""
+  L = trainer.model_cfg.num_layers
+  if method == "shared":
+    m = masks.shape[0] // L
+    layer_masks = masks.reshape((L, m) + masks.shape[1:])[jnp.arange(L), :, jnp.arange(L)]
+    per_seed = lambda p, ids, labels: _shared_accuracies(
+        trainer, p, ids, labels, layer_masks, mask_chunk, kind)
+  else:
+    per_seed = lambda p, ids, labels: _masked_accuracies(
+        trainer, p, ids, labels, masks, mask_chunk, kind)
+  return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))
 
 
 def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
@@ -140,28 +165,12 @@ def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
     method = "masked"  # the leak touches earlier layers: no prefix to share
   cfg = trainer.model_cfg
   fn = trainer.memo(("ablate_heads", mode, leak, mask_chunk, method),
-                    lambda: _compile(trainer, mode, leak, mask_chunk, method))
+                    lambda: _compile_all_seeds(
+                        trainer, head_masks(cfg.num_layers, cfg.num_heads, mode=mode, leak=leak),
+                        "head", mask_chunk, method))
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = trainer.fetch(base), trainer.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
-
-
-def _compile(trainer, mode, leak, mask_chunk, method):
-  """The jitted all-seeds ablation for these options; ``ablate_heads`` keeps it
-  on the trainer (``Trainer.memo``), so repeated calls (several splits, a
-  benchmark) reuse its compilation and it goes when the trainer goes."""
-  cfg = trainer.model_cfg
-  L, H = cfg.num_layers, cfg.num_heads
-  masks = head_masks(L, H, mode=mode, leak=leak)  # [L * H, L, H]
-  if method == "shared":
-    # mask (l, h) differs from all-ones in layer l only: keep that row.
-    layer_masks = masks.reshape(L, H, L, H)[jnp.arange(L), :, jnp.arange(L)]  # [L, H, H]
-    per_seed = lambda p, ids, labels: _shared_accuracies(
-        trainer, p, ids, labels, layer_masks, mask_chunk)
-  else:
-    per_seed = lambda p, ids, labels: _masked_accuracies(
-        trainer, p, ids, labels, masks, mask_chunk)
-  return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))
 
 
 def deposit_scores(baseline, ablated) -> dict:
@@ -196,59 +205,6 @@ def frequency_masks(num_layers: int, num_heads: int, num_pairs: int) -> jnp.ndar
   return 1.0 - jnp.eye(n, dtype=jnp.float32).reshape(n, num_layers, num_heads, num_pairs)
 
 
-def _shared_freq_accuracies(trainer, p, ids, labels, layer_masks, chunk):
-  """``layer_masks [L, M, H, P]``: factors on layer l's pairs. ``(base, [L, M])``."""
-  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
-
-  def one(args):
-    x, y, real, b = args
-    model = nnx.merge(trainer.graphdef, p)
-    hits = lambda logits: trainer.score(logits, y, real)[0]
-    ctx = model.context(x, position_key=trainer.eval_position_key(b))
-    e = model.embed_inputs(x, ctx["positions"])
-    blocks = list(model.blocks)
-    xs = [e]
-    for blk in blocks:
-      xs.append(blk(xs[-1], e, **ctx, head_mask=None, key=None))
-    per_layer = []
-    for l, blk in enumerate(blocks):
-      def run(m, l=l, blk=blk):
-        h = blk(xs[l], e, **ctx, head_mask=None, key=None, freq_mask=m)
-        for later in blocks[l + 1:]:
-          h = later(h, e, **ctx, head_mask=None, key=None)
-        return hits(model.classify(h, x))
-      per_layer.append(_chunked_vmap(run, layer_masks[l], chunk))
-    correct, _, count = trainer.score(model.classify(xs[-1], x), y, real)
-    return correct, jnp.stack(per_layer), count
-
-  base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b,
-                                       jnp.arange(ids_b.shape[0])))
-  count = jnp.maximum(count.sum(), 1.0)
-  return base.sum() / count, abl.sum(0) / count
-
-
-def _masked_freq_accuracies(trainer, p, ids, labels, masks, chunk):
-  """Reference: the full model under each ``[L, H, P]`` mask."""
-  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
-
-  def acc_of(m):
-    def one(args):
-      x, y, real, b = args
-      logits = trainer_apply(trainer, p, x, b, m)
-      return trainer.score(logits, y, real)
-    correct, _, count = jax.lax.map(one, (ids_b, labels_b, real_b,
-                                          jnp.arange(ids_b.shape[0])))
-    return correct.sum() / jnp.maximum(count.sum(), 1.0)
-
-  return acc_of(jnp.ones(masks.shape[1:])), _chunked_vmap(acc_of, masks, chunk)
-
-
-def trainer_apply(trainer, params, ids, batch_index, freq_mask):
-  from pe_spectral.model import apply_model
-  return apply_model(trainer.graphdef, params, ids, freq_mask=freq_mask,
-                     position_key=trainer.eval_position_key(batch_index))
-
-
 def ablate_frequencies(trainer, params, ids, labels, *, mask_chunk: Optional[int] = None,
                        method: str = "shared") -> dict:
   """Accuracy with each (layer, head, rotary pair)'s rotation switched off
@@ -265,22 +221,9 @@ def ablate_frequencies(trainer, params, ids, labels, *, mask_chunk: Optional[int
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
   check_freq_mask(cfg, jnp.ones((L, H, P)))
   fn = trainer.memo(("ablate_frequencies", mask_chunk, method),
-                    lambda: _compile_freq(trainer, mask_chunk, method))
+                    lambda: _compile_all_seeds(trainer, frequency_masks(L, H, P), "freq",
+                                               mask_chunk, method))
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = trainer.fetch(base), trainer.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),
           "frequencies": np.asarray(cfg.rotary_frequencies(), np.float64)}
-
-
-def _compile_freq(trainer, mask_chunk, method):
-  cfg = trainer.model_cfg
-  L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
-  masks = frequency_masks(L, H, P)                                  # [L H P, L, H, P]
-  if method == "shared":
-    layer_masks = masks.reshape(L, H * P, L, H, P)[jnp.arange(L), :, jnp.arange(L)]
-    per_seed = lambda p, ids, labels: _shared_freq_accuracies(
-        trainer, p, ids, labels, layer_masks, mask_chunk)            # [L, H P, H, P]
-  else:
-    per_seed = lambda p, ids, labels: _masked_freq_accuracies(
-        trainer, p, ids, labels, masks, mask_chunk)
-  return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))

@@ -339,16 +339,18 @@ class Trainer:
             jnp.pad(labels, (0, pad)).reshape(nb, bs),
             (jnp.arange(nb * bs) < n).reshape(nb, bs))
 
-  def evaluate_params(self, params, ids, labels, head_mask=None):
+  def evaluate_params(self, params, ids, labels, head_mask=None, freq_mask=None):
     """``(accuracy, mean loss)`` of ONE seed's ``params`` on ``(ids, labels)`` in
     eval mode (no dropout), optionally with ``head_mask [layers, heads]``
-    scaling each head's output. A pure function: jit/vmap it freely (the
+    scaling each head's output and ``freq_mask [layers, heads, head_dim/2]``
+    scaling each rotary pair's angle. A pure function: jit/vmap it freely (the
     ablation vmaps it over masks, :meth:`evaluate` over seeds)."""
     ids_b, labels_b, real_b = self.eval_batches(ids, labels)
 
     def one(args):
       x, y, real, b = args
       logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask,
+                                     freq_mask=freq_mask,
                                      position_key=self.eval_position_key(b))
       return self.score(logits, y, real)
 
