@@ -892,7 +892,7 @@ def _thesis_table(truns: dict) -> list[str]:
 
 def thesis_section(truns: dict, figdir: str, outdir: str,
                    superseded: Sequence[dict] = ()) -> list[str]:
-  from pe_spectral import plotting, thesis
+  from pe_spectral import plotting
   lines = ["## Spectral contraction and optimisation", ""]
   if not truns:
     return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]

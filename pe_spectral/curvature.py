@@ -207,5 +207,6 @@ def curvature_summary(loss_fn: Callable, params, opt_state, *, b1: float, b2: fl
     p = adam_preconditioner(opt_state, b1=b1, b2=b2, eps=eps)
     out["precond_sharpness"] = preconditioned_sharpness(loss_fn, params, p,
                                                         num_iters=num_iters, key=k3)
-  out["grad_norm"] = optax.global_norm(jax.grad(loss_fn)(params))
+  grads = jax.tree.leaves(jax.grad(loss_fn)(params))
+  out["grad_norm"] = jnp.sqrt(sum(jnp.vdot(g, g).real for g in grads))
   return out

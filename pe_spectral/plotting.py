@@ -341,6 +341,11 @@ def _log_band(ax, x, per_seed, label, color, style="-"):
   ax.fill_between(x, np.exp(mean - std), np.exp(mean + std), color=color, alpha=0.15, lw=0)
 
 
+# The sharpness figure's panels: y label -> a curvature.jsonl row's [seeds] values.
+_CURVATURE_PANELS = {"λ_max(P⁻¹H), Adam's P": lambda row: row["precond_sharpness"],
+                     "λ_max(H)": lambda row: np.asarray(row["top_eigs"])[:, 0]}
+
+
 def thesis_figures(runs: dict, paths: dict) -> None:
   """The thesis section's figures from ``{pe: thesis run}`` (``pe_spectral.thesis``):
 
@@ -383,12 +388,10 @@ def thesis_figures(runs: dict, paths: dict) -> None:
       continue
     ex = np.asarray([row["step"] for row in r["curvature"]], float)
     ex = ex * r["config"]["run"]["train"]["batch_size"] / 1e3
-    _log_band(axes[0], ex, [row["precond_sharpness"] for row in r["curvature"]], pe,
-              _color(pe, i))
-    _log_band(axes[1], ex, [np.asarray(row["top_eigs"])[:, 0] for row in r["curvature"]],
-              pe, _color(pe, i))
-  axes[0].set_ylabel("λ_max(P⁻¹H), Adam's P")
-  axes[1].set_ylabel("λ_max(H)")
+    for ax, per_seed in zip(axes, _CURVATURE_PANELS.values()):
+      _log_band(ax, ex, [per_seed(row) for row in r["curvature"]], pe, _color(pe, i))
+  for ax, label in zip(axes, _CURVATURE_PANELS):
+    ax.set_ylabel(label)
   for ax in axes:
     ax.set_yscale("log")
     ax.set_xlabel("examples seen per seed (thousands)")

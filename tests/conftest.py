@@ -33,6 +33,20 @@ def run_sweep(*args, env=None, check=True):
   return out
 
 
+def assert_fast_matches_reference(loss, params, *, rtol, atol):
+  """``jax.value_and_grad(loss)`` on the fast attention kernel (custom VJP)
+  equals the plain-autodiff reference path (``speed.reference()``)."""
+  import jax
+  import numpy as np
+  from pe_spectral import speed
+  l_fast, g_fast = jax.value_and_grad(loss)(params)
+  with speed.reference():
+    l_ref, g_ref = jax.value_and_grad(loss)(params)
+  np.testing.assert_allclose(l_fast, l_ref, rtol=rtol)
+  for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g_ref)):
+    np.testing.assert_allclose(a, b, atol=atol, rtol=10 * rtol)
+
+
 @pytest.fixture(scope="session")
 def sweep_reference(tmp_path_factory):
   """``(workdir, CompletedProcess)`` of one uninterrupted sweep with SWEEP_COMMON."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pe_spectral import attention, encodings, positional as P, spectral as S, speed
+from conftest import assert_fast_matches_reference
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 
@@ -140,12 +141,7 @@ def test_multiplicative_decay_model_equals_content_logits_times_factor():
   ids = jax.random.randint(jax.random.key(1), (3, 12), 1, 23)
   key = jax.random.key(3)
   loss = lambda p: (apply_model(graphdef, p, ids, dropout_key=key) ** 2).sum()
-  l1, g1 = jax.value_and_grad(loss)(params)
-  with speed.reference():
-    l2, g2 = jax.value_and_grad(loss)(params)
-  np.testing.assert_allclose(l1, l2, rtol=1e-5)
-  for a, r in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-    np.testing.assert_allclose(a, r, atol=1e-5, rtol=1e-4)
+  assert_fast_matches_reference(loss, params, rtol=1e-5, atol=1e-5)
   enc = encodings.get("alibi_multiplicative")
   orig = enc.slopes
   try:

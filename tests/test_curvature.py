@@ -7,6 +7,7 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from conftest import assert_fast_matches_reference
 from pe_spectral import curvature as C, runner, speed
 from pe_spectral.model import ModelConfig
 from pe_spectral.tasks import TaskConfig
@@ -121,12 +122,7 @@ def test_the_fast_path_is_the_same_model_and_its_hvp_matches_the_reference():
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = jax.random.randint(jax.random.key(1), (4, 6), 1, 7)
   loss = lambda p: (apply_model(graphdef, p, ids) ** 2).mean()
-  l_fast, g_fast = jax.value_and_grad(loss)(params)
-  with speed.reference():
-    l_ref, g_ref = jax.value_and_grad(loss)(params)
-  np.testing.assert_allclose(l_fast, l_ref, rtol=1e-6)
-  for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g_ref)):
-    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+  assert_fast_matches_reference(loss, params, rtol=1e-6, atol=1e-6)
   with pytest.raises(TypeError):  # custom_vjp: no plain jvp on the fast path
     jax.jvp(loss, (params,), (params,))
   # forward-over-reverse does pass (JAX differentiates the VJP rules): the same HVP
