@@ -37,6 +37,32 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------
+# Argument checks: one-line errors for what a formula cannot compute.
+# ----------------------------------------------------------------------------
+
+def _check_count(name: str, value, minimum: int = 1) -> int:
+  """A static integer count (sizes, dimensions) >= ``minimum``."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f"{name} must be an int, got {value!r}")
+  if value < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {value}")
+  return int(value)
+
+
+def _check_base(base) -> float:
+  """A frequency base: a finite number > 0 (``base ** (-2i/d)``)."""
+  try:
+    if isinstance(base, (str, bytes, bool)):
+      raise TypeError
+    b = float(base)
+  except (TypeError, ValueError):
+    raise TypeError(f"base must be a number, got {base!r}") from None
+  if not math.isfinite(b) or b <= 0:
+    raise ValueError(f"base must be finite and > 0, got {base!r}")
+  return b
+
+
+# ----------------------------------------------------------------------------
 # Sinusoidal absolute table.
 # ----------------------------------------------------------------------------
 
@@ -52,7 +78,8 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
   """
   # Computed in NumPy (float64) so that under jit it is a constant, not sin/cos
   # re-evaluated inside the fused embedding add for every batch row.
-  half = (dim + 1) // 2
+  _check_count("num_positions", num_positions, 0)
+  half = (_check_count("dim", dim) + 1) // 2
   pos = np.arange(num_positions, dtype=np.float64)[:, None]
   angles = pos * _inverse_freqs(half, dim, base)[None, :]
   table = np.stack([np.sin(angles), np.cos(angles)], axis=-1)
@@ -65,7 +92,8 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0,
 
 def _inverse_freqs(count: int, dim: int, base: float) -> np.ndarray:
   """``base ** (-2i / dim)`` for ``i < count`` in float64 (static: shapes only)."""
-  return float(base) ** (-2.0 * np.arange(count) / dim)
+  _check_count("dim", dim)
+  return _check_base(base) ** (-2.0 * np.arange(_check_count("count", count, 0)) / dim)
 
 
 # Eval-time context extension: pure functions of the frequency table.
@@ -202,9 +230,22 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
     An array of ``x``'s shape and dtype. ``<apply_rope(q, m), apply_rope(k, n)>``
     depends on positions only through ``m - n``.
   """
+  x = jnp.asarray(x) if not isinstance(x, jax.Array) else x
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    raise TypeError(f"apply_rope needs floating-point x (a rotation of integers is not "
+                    f"an integer), got {x.dtype}")
+  if x.ndim < 1:
+    raise ValueError("apply_rope needs x of shape [..., head_dim]")
   head_dim = x.shape[-1]
   if head_dim % 2:
     raise ValueError(f"apply_rope needs an even head_dim, got {head_dim}")
+  try:
+    fits = np.broadcast_shapes(np.shape(positions), x.shape[:-1]) == x.shape[:-1]
+  except ValueError:
+    fits = False
+  if not fits:
+    raise ValueError(f"positions of shape {np.shape(positions)} do not broadcast against "
+                     f"x's leading axes {x.shape[:-1]} (x is [..., seq, head_dim])")
   cos, sin = _rope_tables(positions, head_dim, base, scaling, fraction)
   if scaling is not None and scaling.attention_factor != 1.0:
     cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
@@ -275,8 +316,7 @@ def alibi_slopes(num_heads: int) -> jax.Array:
   Otherwise the slopes of the closest smaller power of two ``P`` are followed by
   every other slope of ``2P`` heads, as in the reference implementation.
   """
-  if num_heads < 1:
-    raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+  _check_count("num_heads", num_heads)
 
   def pow2(n):
     return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -698,6 +738,12 @@ def decay_rates(slopes) -> jax.Array:
   slopes = jnp.asarray(slopes, jnp.float32)
   if slopes.ndim != 1:
     raise ValueError(f"slopes must be [heads], got shape {slopes.shape}")
+  try:
+    bad = bool((~jnp.isfinite(slopes) | (slopes < 0)).any())
+  except jax.errors.ConcretizationTypeError:
+    bad = False  # traced: values are not checked
+  if bad:
+    raise ValueError(f"slopes must be finite and >= 0 (a decay, ρ <= 1), got {slopes}")
   return jnp.exp(-slopes)
 
 

@@ -236,8 +236,8 @@ def toeplitz_eig_bounds(coeffs, num_points: Union[None, int, Sequence[int]] = No
   n = _n_from_coeffs(coeffs)
   if num_points is None:
     points = (2 * n,)
-  elif isinstance(num_points, int):
-    points = (num_points,)
+  elif not isinstance(num_points, (tuple, list, np.ndarray)):
+    points = (num_points,)  # a scalar; _check_points says what is wrong with it
   else:
     points = tuple(num_points)
   if not points:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, Callable, Optional
 
 import chex
@@ -60,6 +61,14 @@ class TrainConfig:
       raise ValueError(f"steps must be >= 1, got {self.steps}")
     if not 0.0 <= self.warmup_frac < 1.0:
       raise ValueError("warmup_frac must be in [0, 1)")
+    if not math.isfinite(self.learning_rate) or self.learning_rate < 0:
+      raise ValueError(f"learning_rate must be finite and >= 0, got {self.learning_rate}")
+    if 0 < self.learning_rate < np.finfo(np.float32).tiny:
+      # The schedule and the update run in float32: below its smallest normal
+      # number the rate flushes to 0 or loses all precision, and nothing trains.
+      warnings.warn(f"learning_rate {self.learning_rate:g} underflows in float32 (smallest "
+                    f"normal {np.finfo(np.float32).tiny:.3g}): the parameters will not move",
+                    stacklevel=3)
 
   def steps_per_epoch(self, num_train: int) -> int:
     if self.batch_size > num_train:
