@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 from pe_spectral import xla_config
 
@@ -201,24 +202,38 @@ def _init_distributed() -> None:
         file=sys.stderr, flush=True)
 
 
-def _progress(tag: str):
+def _progress(tag: str, ctrl_c=None):
   def show(p: dict) -> None:
     eta = p["eta_s"]
+    comp = (f"  (compiled in {p['compile_s']:.0f} s, not counted)"
+            if p.get("compile_s") else "")
     print(f"[{tag}] step {p['step']}/{p['total']}  loss {p['loss_mean']:.4f} ± "
           f"{p['loss_std']:.4f}  test acc {100 * p['test_accuracy_mean']:.2f}%  "
           f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
-          f"{p['steps_per_s']:.2f} steps/s  ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+          f"{p['steps_per_s']:.2f} steps/s  ETA {int(eta // 60)}m{int(eta % 60):02d}s{comp}",
           file=sys.stderr, flush=True)
+    if ctrl_c is not None:
+      ctrl_c.chunk_measured(p["chunk_s"])
   return show
 
 
+def _notify(tag: str):
+  return lambda msg: print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
+
+
 class _StopOnCtrlC:
-  """First Ctrl-C: finish the current evaluation and its checkpoint, then stop
-  (nothing is lost); a second Ctrl-C stops at once (resume then starts from
-  the last checkpoint saved)."""
+  """First Ctrl-C: says at once when the run will stop, then finishes the
+  current chunk, its evaluation and its checkpoint (nothing is lost); a second
+  Ctrl-C stops at once (resume then starts from the last checkpoint saved).
+  The runner waits for the device by polling, so the handler runs at once."""
 
   def __init__(self):
     self.requested = False
+    self._chunk_s = None       # the last chunk's measured length
+    self._chunk_start = None   # when the current chunk began (after a progress line)
+
+  def chunk_measured(self, seconds: float) -> None:
+    self._chunk_s, self._chunk_start = seconds, time.time()
 
   def __enter__(self):
     self._previous = signal.signal(signal.SIGINT, self._handle)
@@ -229,8 +244,13 @@ class _StopOnCtrlC:
       signal.signal(signal.SIGINT, self._previous)
       raise KeyboardInterrupt
     self.requested = True
-    print("\nCtrl-C: stopping after the current evaluation and its checkpoint "
-          "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+    if self._chunk_s is None:
+      when = "after the first chunk (its length is not known yet; it includes compiling)"
+    else:
+      left = max(self._chunk_s - (time.time() - self._chunk_start), 0.0)
+      when = f"after the current chunk, its evaluation and checkpoint, in about {left:.0f} s"
+    print(f"\nCtrl-C: stopping {when}; Ctrl-C again stops at once (resuming then "
+          "starts from the last saved checkpoint)", file=sys.stderr, flush=True)
 
   def __exit__(self, *exc):
     signal.signal(signal.SIGINT, self._previous)
@@ -271,19 +291,13 @@ def main(argv):
     print(f"[{tag}] {rc.model.pe} on {rc.task.name}, preset {rc.preset}, "
           f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
           flush=True)
-    finished = FLAGS.resume and os.path.exists(os.path.join(workdir, "summary.json"))
-    if finished and not quiet:
-      print(f"[{tag}] already finished: reporting it without training "
-            "(--noresume trains it again)", file=sys.stderr, flush=True)
-    elif not quiet:
-      print(f"[{tag}] generating data and compiling; the first progress line comes "
-            "after the first evaluation", file=sys.stderr, flush=True)
     try:
       with _StopOnCtrlC() as ctrl_c:
         s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
                        resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
                        record_curvature=FLAGS.record_curvature,
-                       progress=None if quiet else _progress(tag),
+                       progress=None if quiet else _progress(tag, ctrl_c),
+                       notify=(lambda msg: None) if quiet else _notify(tag),
                        seed_group=resolve_seed_group(FLAGS.seed_group),
                        should_stop=lambda: ctrl_c.requested)
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,

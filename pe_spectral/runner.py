@@ -185,6 +185,17 @@ def _curvature_record(trainer, states, ids, labels, step: int) -> dict:
   return rec
 
 
+def _remove_unfinished_saves(ckpt_dir: str) -> list[str]:
+  """Deletes the temporary folders of checkpoint saves that a killed run left
+  (orbax would warn about each, once per save); returns their steps."""
+  if not os.path.isdir(ckpt_dir):
+    return []
+  found = sorted(d for d in os.listdir(ckpt_dir) if ".orbax-checkpoint-tmp" in d)
+  for d in found:
+    shutil.rmtree(os.path.join(ckpt_dir, d), ignore_errors=True)
+  return [d.split(".", 1)[0] for d in found]
+
+
 def _truncate_jsonl(path: str, step: int) -> list[dict]:
   rows = [r for r in read_jsonl(path) if r["step"] <= step]
   with open(path + ".tmp", "w") as f:
@@ -234,17 +245,14 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   """
   writer = jax.process_index() == 0
   t_start = time.time()
-  data = tasks.generate(rc.task)
-  for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
-    check_token_ids(ids, rc.model.vocab_size)
-  num_train = data.train_ids.shape[0]
-  mesh = seed_mesh(len(seeds))
-  trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,
-                    seed_group=seed_group if mesh is None else None)
-  total = trainer.total_steps
-  eval_every = eval_every or trainer.steps_per_epoch
+  # Everything the workdir checks need comes from the configs alone, so a run
+  # that cannot go ahead is refused before any data is generated or compiled.
+  num_train = rc.task.num_train
+  total = rc.train.total_steps(num_train)
+  steps_per_epoch = rc.train.steps_per_epoch(num_train)
+  eval_every = eval_every or steps_per_epoch
   config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,
-            "total_steps": total, "steps_per_epoch": trainer.steps_per_epoch}
+            "total_steps": total, "steps_per_epoch": steps_per_epoch}
   if record_spectra:
     config["record_spectra"] = record_spectra
   if record_curvature:
@@ -257,27 +265,43 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   if writer:
     os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir) if writer else contextlib.nullcontext():
+    _check_workdir(workdir, paths, config, resume)
+    if resume and os.path.exists(paths["summary"]):
+      with open(paths["summary"]) as f:
+        summary = json.load(f)
+      notify(f"{workdir} already finished (same settings): its results are in "
+             f"{paths['summary']} and {paths['metrics']}; nothing was changed "
+             "(--noresume trains it again)")
+      return summary
+    notify(f"{workdir}: generating data and compiling; the first progress line comes "
+           "after the first evaluation")
+    data = tasks.generate(rc.task)
+    for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
+      check_token_ids(ids, rc.model.vocab_size)
+    if data.train_ids.shape[0] != num_train:
+      raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
+                           f"config says {num_train}")
+    mesh = seed_mesh(len(seeds))
+    trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,
+                      seed_group=seed_group if mesh is None else None)
     return _checked_run(rc, seeds, workdir, trainer, data, config, paths,
                         eval_every=eval_every, resume=resume,
                         max_to_keep=max_to_keep, record_spectra=record_spectra,
-                        record_curvature=record_curvature, progress=progress, should_stop=should_stop, notify=notify,
-                        t_start=t_start)
+                        record_curvature=record_curvature, progress=progress,
+                        should_stop=should_stop, notify=notify, t_start=t_start)
 
 
-def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
-                 resume, max_to_keep, record_spectra, record_curvature, progress,
-                 should_stop, notify, t_start) -> dict:
-  """:func:`run` once the workdir is locked: config checks, resume, train, files."""
+def _check_workdir(workdir, paths, config, resume) -> None:
+  """Refuses a workdir whose run cannot be resumed under ``config``; with
+  ``resume=False`` discards the earlier run. Then writes ``config.json``."""
   writer = jax.process_index() == 0
-  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
-  total = trainer.total_steps
-  num_train = data.train_ids.shape[0]
   if (resume and not os.path.exists(paths["config"]) and os.path.isdir(paths["ckpt"])
       and os.listdir(paths["ckpt"])):
     raise ConfigMismatchError(
         f"{workdir} holds checkpoints but no config.json, so the settings they were "
         "trained with cannot be verified; pass --noresume to discard them or choose "
         "another --workdir")
+  old = None
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = json.load(f)
@@ -292,8 +316,20 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
       if os.path.exists(paths[key]):
         os.remove(paths[key])
     shutil.rmtree(paths["ckpt"], ignore_errors=True)
-  if writer:  # only after every check has passed
+  if writer and old != config:  # only after every check has passed; unchanged: untouched
     write_json(paths["config"], config)
+
+
+def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
+                 resume, max_to_keep, record_spectra, record_curvature, progress,
+                 should_stop, notify, t_start) -> dict:
+  """:func:`run` once the workdir is locked: config checks, resume, train, files."""
+  writer = jax.process_index() == 0
+  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
+  total = trainer.total_steps
+  num_train = data.train_ids.shape[0]
+  if total != config["total_steps"]:
+    raise AssertionError(f"trainer has {total} steps, the config {config['total_steps']}")
 
   keys = trainer.shard(trainer.seed_keys(seeds))
   n_sub = min(rc.train.train_eval_examples, num_train)
@@ -302,6 +338,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
                          data.test_labels, data.train_ids[:n_sub],
                          data.train_labels[:n_sub])))
 
+  unfinished = _remove_unfinished_saves(paths["ckpt"]) if writer and resume else []
   ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=trainer.fetch)
   try:
     step, elapsed = 0, 0.0
@@ -315,14 +352,17 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
       if skipped and writer:
         for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
           ckpt.delete(bad)
-      if skipped:
-        notify(f"resuming from checkpoint step {step}, not "
-               + "; ".join(skipped))
       step, elapsed = int(meta["step"]), float(meta["elapsed"])
+      why = skipped + [f"step {u}: its save was cut off (removed)" for u in unfinished]
+      notify(f"resuming {workdir} from step {step} of {total}"
+             + (f" (skipped: {'; '.join(why)})" if why else ""))
       records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
     else:
       states = trainer.init(keys)
       records = []
+      if unfinished:
+        notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
+               f"of step {', '.join(unfinished)} was removed)")
     if writer:  # drop evaluations past the checkpoint (they will be redone)
       _truncate_jsonl(paths["metrics"], step)
       _truncate_jsonl(paths["steps"], step)
@@ -334,10 +374,15 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
     curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
                              if record_curvature else (None, None))
 
+    first = True  # this session's first chunk: its calls compile
     while step < total:
       t0 = time.time()
       k = min(eval_every, total - step)
       states, losses = trainer.train_chunk(states, keys, train_ids, train_labels, k)
+      # A jitted call traces and compiles before it returns; the execution
+      # itself is asynchronous (``fetch`` waits for it, polling, so that
+      # Ctrl-C is handled at once). The calls' own time is compilation.
+      compile_s = time.time() - t0
       losses = trainer.fetch(losses)  # [seeds, k]
       # Losses are measured before each update, so the last update of a chunk
       # can break the state with every loss finite: check the state as well,
@@ -353,9 +398,12 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
             f"non-finite loss or parameters between steps {step} and {step + k} for "
             f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
       step += k
-      test_acc, test_loss = map(trainer.fetch, trainer.evaluate(
-          states, test_ids, test_labels))
-      train_acc = trainer.fetch(trainer.evaluate(states, sub_ids, sub_labels)[0])
+      t1 = time.time()
+      test_eval = trainer.evaluate(states, test_ids, test_labels)
+      train_eval = trainer.evaluate(states, sub_ids, sub_labels)[0]
+      compile_s += time.time() - t1
+      test_acc, test_loss = map(trainer.fetch, test_eval)
+      train_acc = trainer.fetch(train_eval)
       dt = time.time() - t0
       elapsed += dt
       rec = {"step": step, "epoch": step / trainer.steps_per_epoch,
@@ -374,6 +422,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
         with open(paths["steps"], "a") as f:
           f.write(json.dumps({"step": step, "first_step": step - k,
                               "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
+      t_rec = time.time()
       if record_spectra:
         spec = _spectra_record(trainer, states, probe_ids, step)
         if writer:
@@ -384,6 +433,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
         if writer:
           with open(paths["curvature"], "a") as f:
             f.write(json.dumps(curv, allow_nan=False) + "\n")
+      rec_s = time.time() - t_rec  # spectra/curvature (their first call compiles too)
       ckpt.save(step, states, {"step": step, "elapsed": elapsed})
       if kill_at == step:  # fault injection for the resume test (SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -391,12 +441,18 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
         ckpt.wait()
         raise Interrupted(step)
       if progress:
-        progress({"step": step, "total": total, "steps_per_s": k / dt,
-                  "eta_s": (total - step) * dt / k,
+        # Measured work only: the first chunk's compilation is left out (and
+        # so is its recording, which also compiles; later chunks count it).
+        run_s = max(dt - compile_s, 1e-9)
+        chunk_s = run_s + (0.0 if first else rec_s)
+        progress({"step": step, "total": total, "steps_per_s": k / run_s,
+                  "eta_s": (total - step) * chunk_s / k, "chunk_s": chunk_s,
+                  "compile_s": compile_s if first else None,
                   "loss_mean": float(losses.mean()),
                   "loss_std": float(losses.mean(1).std()),
                   "test_accuracy_mean": float(np.mean(test_acc)),
                   "train_accuracy_mean": float(np.mean(train_acc))})
+      first = False
   finally:
     ckpt.close()  # awaits the asynchronous save
 

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pe_spectral import model as model_lib
 from pe_spectral.tasks import TaskConfig
 
-__all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "Trainer",
+__all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Trainer",
            "seed_mesh"]
 
 
@@ -108,6 +108,20 @@ def label_rule(task: TaskConfig, model_cfg: model_lib.ModelConfig) -> LabelRule:
       raise ValueError("faithful mode: num_classes must exceed the largest label")
     return LabelRule(model_cfg.num_classes, 0, ignore_zero=not model_cfg.is_mla)
   return LabelRule(task.num_labels, task.label_min, ignore_zero=False)
+
+
+def wait_ready(tree, *, max_poll_s: float = 0.05) -> None:
+  """Returns once every array in ``tree`` is computed. Unlike a blocking
+  read, the wait sleeps in short steps (1 ms growing to ``max_poll_s``), so
+  signal handlers run at once while an asynchronous computation is running."""
+  import time
+  pause = 1e-3
+  for leaf in jax.tree.leaves(tree):
+    if not isinstance(leaf, jax.Array):
+      continue
+    while not leaf.is_ready():
+      time.sleep(pause)
+      pause = min(2 * pause, max_poll_s)
 
 
 def lr_schedule(cfg: TrainConfig, total_steps: int):
@@ -225,7 +239,11 @@ class Trainer:
 
   @staticmethod
   def fetch(x) -> np.ndarray:
-    """A (possibly multi-process sharded) array as a full host NumPy array."""
+    """A (possibly multi-process sharded) array as a full host NumPy array.
+
+    Waits by polling (:func:`wait_ready`), so that Python -- a Ctrl-C
+    handler -- keeps running while the device computes."""
+    wait_ready(x)
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils
       return np.asarray(multihost_utils.process_allgather(x, tiled=True))

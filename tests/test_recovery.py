@@ -152,10 +152,14 @@ def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
   caught = r"step 12: (checksum|unreadable|non-finite)"
   assert re.search(caught, msg) and "step 6: unreadable" in msg, msg
 
+  os.makedirs(os.path.join(wd, "ckpt", "18.orbax-checkpoint-tmp-1764590000"))  # a cut-off save
   notes = []
   s = _run(wd, record_spectra=4, notify=notes.append)
-  assert len(notes) == 1 and "step 6" in notes[0], notes
-  assert re.search(caught, notes[0]), notes
+  resumed = [n for n in notes if n.startswith("resuming")]
+  assert len(resumed) == 1 and f"resuming {wd} from step 6 of 24" in resumed[0], notes
+  assert re.search(caught, resumed[0]), notes
+  assert "step 18: its save was cut off (removed)" in resumed[0], notes
+  assert not [d for d in os.listdir(os.path.join(wd, "ckpt")) if "tmp" in d]
   assert s["test_accuracy"] == reference["test_accuracy"]
   assert s["train_accuracy"] == reference["train_accuracy"]
   for name in ("metrics.jsonl", "spectra.jsonl"):

@@ -49,7 +49,12 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
                env={"PE_SPECTRAL_KILL_AT_STEP": "12"}, check=False)
   assert out.returncode == -signal.SIGKILL
   assert not os.path.exists(os.path.join(wd2, "summary.json"))
-  _sweep(*COMMON, f"--workdir={wd2}")  # same command: resumes
+  out = _sweep(*COMMON, f"--workdir={wd2}")  # same command: resumes, and says so
+  # the kill comes right after step 12's save started: resumed from 12, or
+  # from 6 with step 12's cut-off save named
+  assert (f"resuming {wd2} from step 12 of 24" in out.stderr
+          or f"resuming {wd2} from step 6 of 24 (skipped: step 12: its save was cut off"
+          in out.stderr), out.stderr[-2000:]
   with open(os.path.join(wd2, "metrics.jsonl")) as f:
     steps = [json.loads(line)["step"] for line in f]
   assert steps == [6, 12, 18, 24]  # no duplicated or lost evaluations
@@ -85,12 +90,55 @@ def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
   assert str(int(m.group(1))) in os.listdir(os.path.join(wd, "ckpt"))
 
 
+def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
+  """The first Ctrl-C is answered while the chunk still runs (before the next
+  progress line), saying when the run will stop; a second one stops at once,
+  keeping the last saved checkpoint."""
+  import threading
+  import time
+  wd = str(tmp_path / "ctrl-c-twice")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
+       "--steps=4000", "--eval_every=400", f"--workdir={wd}"],
+      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  lines = []
+  reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+  reader.start()
+  try:
+    deadline = time.time() + 300
+    while not any("step 400/4000" in line for line in lines) and time.time() < deadline:
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    while not any("Ctrl-C: stopping" in line for line in lines) and time.time() < deadline:
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=120)
+    reader.join(timeout=10)
+  finally:
+    proc.kill()
+  err = "".join(lines)
+  assert rc == 130, err[-2000:]
+  first = next(line for line in lines if "Ctrl-C: stopping" in line)
+  assert "in about" in first, first  # when, from the measured chunk
+  assert "step 800/4000" not in err, err[-2000:]  # neither press waited for the chunk
+  assert "interrupted: rerun the same command" in err and "Traceback" not in err
+  assert not os.path.exists(os.path.join(wd, "summary.json"))
+  assert "400" in os.listdir(os.path.join(wd, "ckpt"))
+
+
 def test_finished_run_is_not_retrained(reference):
   wd, _ = reference
   before = _summary(wd)
+  names = ("config.json", "summary.json", "metrics.jsonl", "steps.jsonl", "accuracy.png")
+  files = {n: (open(os.path.join(wd, n), "rb").read(), os.stat(os.path.join(wd, n)).st_mtime_ns)
+           for n in names}
   out = _sweep(*COMMON, f"--workdir={wd}")
+  for n in names:  # no file rewritten, not even with the same bytes
+    assert (open(os.path.join(wd, n), "rb").read(),
+            os.stat(os.path.join(wd, n)).st_mtime_ns) == files[n], n
   assert "step 6/24" not in out.stderr and "step 24/24" not in out.stderr
   assert "already finished" in out.stderr and "compiling" not in out.stderr
+  assert "nothing was changed" in out.stderr and "summary.json" in out.stderr
   assert _summary(wd)["test_accuracy"] == before["test_accuracy"]
 
 
@@ -112,6 +160,8 @@ def test_changed_config_in_same_workdir_is_refused(reference):
   out = _sweep("--preset=smoke", "--seeds=3", "--steps=24", f"--workdir={wd}",
                check=False)
   assert out.returncode != 0 and "different settings" in out.stderr
+  # refused before any data is generated, and only that is said
+  assert "generating data" not in out.stderr and "already finished" not in out.stderr
 
 
 def test_nonfinite_loss_stops_with_message(tmp_path):
