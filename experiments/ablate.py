@@ -20,6 +20,8 @@ from pe_spectral import xla_config
 xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -57,7 +59,8 @@ def output_name(mode: str, leak: bool, split: str) -> str:
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
   from pe_spectral import config as configs
   wds = [w.strip() for w in (FLAGS.workdir or "").split(",") if w.strip()] or [FLAGS.workdir]
@@ -187,4 +190,4 @@ def runner_write(path, obj):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

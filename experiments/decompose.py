@@ -22,6 +22,8 @@ from pe_spectral import xla_config
 xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -31,7 +33,8 @@ flags.DEFINE_integer("examples", 64, "Test examples to decompose.")
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
   from pe_spectral import config as configs
   wds = [w.strip() for w in (FLAGS.workdir or "").split(",") if w.strip()] or [FLAGS.workdir]
@@ -53,8 +56,11 @@ def analyse(wd: str) -> int:
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(f"checkpoint step {step}", file=sys.stderr, flush=True)
   ids = data.test_ids[:FLAGS.examples]
+  if ids.shape[0] < FLAGS.examples:
+    print(f"note: --examples={FLAGS.examples}, but {wd}'s test split has "
+          f"{ids.shape[0]} examples: decomposing all {ids.shape[0]}", file=sys.stderr,
+          flush=True)
   summ = decompose.summarize(trainer.graphdef, states["params"], ids, rc.model.num_layers)
   ratio = np.stack([trainer.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]
   stable = np.stack([trainer.fetch(s["measures"]["stable_rank"]) for s in summ], 2)
@@ -129,4 +135,4 @@ def analyse(wd: str) -> int:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -33,6 +33,8 @@ from pe_spectral import xla_config
 xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -229,4 +231,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

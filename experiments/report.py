@@ -30,6 +30,8 @@ from pe_spectral import xla_config
 xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -1024,7 +1026,8 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
   runs = load_runs(FLAGS.runs)
   if not runs:
@@ -1046,4 +1049,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -35,6 +35,8 @@ from pe_spectral import xla_config
 xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -198,7 +200,8 @@ def make_figures(result, outdir):
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
   known = encodings.names()
   pes = ([p.strip() for p in FLAGS.pe.split(",") if p.strip()] if FLAGS.pe != "all"
@@ -267,4 +270,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

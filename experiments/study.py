@@ -29,6 +29,8 @@ from typing import Optional
 
 from absl import app, flags
 
+from pe_spectral import cli
+
 FLAGS = flags.FLAGS
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
 
@@ -280,4 +282,4 @@ def define_flags() -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -26,6 +26,8 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 
 from absl import app, flags, logging  # noqa: E402
 
+from pe_spectral import cli  # noqa: E402
+
 from pe_spectral import config as configs  # noqa: E402
 from pe_spectral import encodings  # noqa: E402
 
@@ -330,4 +332,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -88,6 +88,24 @@ def workdir_lock(workdir: str):
     os.close(fd)  # releases the lock
 
 
+def lock_holder(workdir: str) -> Optional[str]:
+  """Who holds ``workdir/.lock`` now (e.g. ``"pid 123 on host"``), or None;
+  it changes nothing (an analysis may look at a run that is training)."""
+  path = os.path.join(workdir, ".lock")
+  if not os.path.exists(path):
+    return None
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+      return os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+  finally:
+    os.close(fd)
+
+
 def json_safe(x):
   """NaN/inf -> None (JSON null), so metrics.jsonl stays strict JSON."""
   if isinstance(x, list):
@@ -496,8 +514,10 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr):
 
   The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is regenerated from its ``data_seed`` (deterministic), the
   state restored from the newest checkpoint that verifies (shapes, finite,
-  checksum; ``Checkpointer.restore_verified``). A skipped newer checkpoint is
-  reported through ``notify``; with none usable, :class:`CheckpointError`.
+  checksum; ``Checkpointer.restore_verified``). One line goes to ``notify``:
+  the step analysed, any skipped newer checkpoint, and a warning when the run
+  is still training or has not finished. With no usable checkpoint,
+  :class:`CheckpointError`.
   """
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
@@ -514,6 +534,16 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr):
     states, _, step, skipped = ckpt.restore_verified(trainer.abstract_state(len(seeds)))
   finally:
     ckpt.close()
+  total = config.get("total_steps", trainer.total_steps)
+  line = f"{workdir}: analysing the checkpoint of step {step} of {total}"
   if skipped:
-    notify(f"using checkpoint step {step}, not " + "; ".join(skipped))
+    line += " (skipped: " + "; ".join(skipped) + ")"
+  holder = lock_holder(workdir)
+  if holder is not None:
+    line += (f"; WARNING: the run is still training ({holder}): these numbers are of "
+             "a partly trained model")
+  elif not os.path.exists(os.path.join(workdir, "summary.json")) or step < total:
+    line += ("; WARNING: the run has not finished (rerun its sweep command to finish it): "
+             "these numbers are of a partly trained model")
+  notify(line)
   return config, rc, trainer, states, data, step

@@ -240,15 +240,25 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
+    # absl's own usage errors exit 2 as well (pe_spectral.cli)
+    (["--task=bogus"], "value should be one of"),
+    (["--nosuchflag"], "Unknown command line flag"),
+    (["stray"], "unexpected arguments"),
 ])
 def test_bad_flags_fail_cleanly(args, msg, tmp_path):
   cwd = tmp_path
   out = subprocess.run([sys.executable, "-m", "experiments.sweep",
                         "--preset=smoke", *args], capture_output=True, text=True,
                        cwd=cwd, env=dict(os.environ))
-  assert out.returncode != 0
+  assert out.returncode == 2, (out.returncode, out.stderr[-1000:])
   assert msg in out.stderr
   assert not os.path.exists(cwd / "runs")  # nothing half-written
+
+
+def test_help_exits_0():
+  out = subprocess.run([sys.executable, "-m", "experiments.sweep", "--help"],
+                       capture_output=True, text=True)
+  assert out.returncode == 0 and "--pe" in out.stdout + out.stderr
 
 
 def test_config_fields_added_later_with_none_default_still_match():
