@@ -85,9 +85,11 @@ def test_tiny_transformer_against_the_dense_float64_hessian(pe):
 
   tx = optax.adam(1e-2)
   opt = tx.init(params)
+  with speed.reference():
+    grad = jax.jit(jax.grad(loss))  # traced (on the reference path) once
   for _ in range(3):  # a few steps: a non-trivial second moment
     with speed.reference():
-      g = jax.grad(loss)(params)
+      g = grad(params)
     upd, opt = tx.update(g, opt)
     params = optax.apply_updates(params, upd)
   flat, unravel = ravel_pytree(params)
@@ -95,15 +97,17 @@ def test_tiny_transformer_against_the_dense_float64_hessian(pe):
   with jax.enable_x64(True), speed.reference():
     f64 = jax.tree.map(lambda x: x.astype(jnp.float64), params)
     flat64, unravel64 = ravel_pytree(f64)
-    dense = np.asarray(jax.hessian(lambda v: loss(unravel64(v)))(flat64))
+    dense = np.asarray(jax.jit(jax.hessian(lambda v: loss(unravel64(v))))(flat64))
   dense = (dense + dense.T) / 2
   eig = np.linalg.eigvalsh(dense)
   with speed.reference():
-    top = C.top_hessian_eigs(loss, params, k=2, num_iters=dim, key=jax.random.key(3))
-    tr, se = C.hutchinson_trace(loss, params, num_samples=256, key=jax.random.key(4))
+    top = jax.jit(lambda q: C.top_hessian_eigs(loss, q, k=2, num_iters=dim,
+                                               key=jax.random.key(3)))(params)
+    tr, se = jax.jit(lambda q: C.hutchinson_trace(loss, q, num_samples=128,
+                                                  key=jax.random.key(4)))(params)
     p = C.adam_preconditioner(opt, b1=0.9, b2=0.999, eps=1e-8)
-    sharp = C.preconditioned_sharpness(loss, params, p, num_iters=dim,
-                                       key=jax.random.key(5))
+    sharp = jax.jit(lambda q, pc: C.preconditioned_sharpness(
+        loss, q, pc, num_iters=dim, key=jax.random.key(5)))(params, p)
   scale = np.abs(eig).max()
   np.testing.assert_allclose(top, eig[::-1][:2], atol=2e-3 * scale)
   assert abs(float(tr) - eig.sum()) < 4 * float(se) + 1e-3 * scale
@@ -162,13 +166,19 @@ def test_recorded_curvature_is_one_vmapped_call_equal_to_each_seed_alone():
   rec = runner._curvature_record(tr, states, ids, labels, 3)
   assert set(rec) == {"step", "top_eigs", "precond_sharpness", "grad_norm"}
   tc = tr.train_cfg
+  loss = lambda q: tr.loss_fn(q, ids, labels)[0]
+  with speed.reference():  # one seed at a time, not vmapped: the oracle
+    one_seed = jax.jit(lambda q, o: C.curvature_summary(
+        loss, q, o, b1=tc.b1, b2=tc.b2, eps=tc.eps, key=jax.random.key(0xC0DE),
+        num_iters=runner.CURVATURE_ITERS, trace_samples=0))
   for s in range(2):
     p = jax.tree.map(lambda x: x[s], states["params"])
     o = jax.tree.map(lambda x: x[s], states["opt_state"])
     with speed.reference():
-      want = C.curvature_summary(lambda q: tr.loss_fn(q, ids, labels)[0], p, o, b1=tc.b1,
-                                 b2=tc.b2, eps=tc.eps, key=jax.random.key(0xC0DE),
-                                 num_iters=runner.CURVATURE_ITERS, trace_samples=0)
+      want = one_seed(p, o)
+    g = ravel_pytree(jax.grad(loss)(p))[0]
+    np.testing.assert_allclose(rec["grad_norm"][s], np.linalg.norm(np.asarray(g, np.float64)),
+                               rtol=1e-5)
     np.testing.assert_allclose(rec["top_eigs"][s], want["top_eigs"], rtol=1e-4)
     np.testing.assert_allclose(rec["precond_sharpness"][s], want["precond_sharpness"],
                                rtol=1e-4)
