@@ -217,11 +217,7 @@ LONG_PRESET = "long"  # the study with 3.3x the budget, for groups that had not 
 CONVERGED_FRAC = 2.0 / 3.0
 # "Partial RoPE on one head comes close to full RoPE": within this many points.
 CLOSE_MARGIN = 5.0
-# Deposit rule (claim c): a head of an early layer (first half of the layers)
-# whose drop is >= DEPOSIT_RATIO x the layer's second-largest drop, in at least
-# DEPOSIT_SEED_FRAC of the seeds.
-DEPOSIT_RATIO = 3.0
-DEPOSIT_SEED_FRAC = 2.0 / 3.0
+from pe_spectral.claims import DEPOSIT_RATIO, DEPOSIT_SEED_FRAC, deposit_rule  # noqa: E402,F401
 
 
 def _mode(r) -> str:
@@ -281,22 +277,6 @@ def _combine(verdicts) -> str:
   if all(v == "reproduced" for v in verdicts):
     return "reproduced"
   return "inconclusive"
-
-
-def deposit_rule(ablation: dict) -> dict:
-  """Claim (c)'s per-seed test on one ``ablation.json`` (single-head knock-outs)."""
-  d = 100 * np.asarray(ablation["drop"], float)  # [seeds, layers, heads] points
-  early = max(1, d.shape[1] // 2)
-  srt = np.sort(d[:, :early], axis=-1)
-  top, second = srt[..., -1], srt[..., -2]
-  ratio = top / np.maximum(second, 1e-9)
-  hit = (top > 0) & (top >= DEPOSIT_RATIO * np.maximum(second, 0.0))  # [seeds, early]
-  per_seed = hit.any(1)
-  best = np.argmax(np.where(hit, ratio, -np.inf), axis=1)
-  return {"early_layers": early, "per_seed": per_seed.tolist(),
-          "fraction": float(per_seed.mean()), "top": top.tolist(),
-          "second": second.tolist(),
-          "layer": [int(b) if h else None for b, h in zip(best, per_seed)]}
 
 
 def claim_preset(runs, task, ref_pe, faithful) -> str:
@@ -839,7 +819,18 @@ def _thesis_budget(truns: dict) -> str:
                                   for (e, n), p in groups.items())
 
 
-def thesis_claims(truns: dict) -> list[dict]:
+def claim_g_of(runs) -> dict:
+  """(g) from the committed clean ``deposit``-preset Task 1 runs and their
+  ``ablation.json`` (:func:`pe_spectral.thesis.claim_g`)."""
+  from pe_spectral import thesis
+  found = {pe: find(runs, "distance", pe, preset=DEPOSIT_PRESET)
+           for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
+  found = {pe: r for pe, r in found.items() if r is not None and r.get("ablation")}
+  return thesis.claim_g({pe: r["ablation"] for pe, r in found.items()},
+                        converged={pe: converged(r) for pe, r in found.items()})
+
+
+def thesis_claims(truns: dict, runs=()) -> list[dict]:
   """The verdict-table rows of (e), (f), (f2), (g)."""
   from pe_spectral import thesis
   rows = []
@@ -864,8 +855,13 @@ def thesis_claims(truns: dict) -> list[dict]:
          (f"converged: {', '.join(f2['pes']) or 'none'}" if "pes" in f2 else "—"))
   rows.append(("f2", "Dose-response: early coupling ratio vs examples to threshold, "
                "Spearman > 0", f2v, f2["verdict"]))
+  g = claim_g_of(runs)
+  fr = ", ".join(f"{pe} {100 * f:.0f} %" for pe, f in g["fractions"].items())
+  gv = (f"pooled multiplicative − additive {100 * g['diff']:+.0f} [{100 * g['lo']:+.0f}, "
+        f"{100 * g['hi']:+.0f}] points of seeds; {fr}" if "diff" in g else
+        (f"committed: {fr or 'none'}; missing: {', '.join(g['missing'])}"))
   rows.append(("g", "The deposit is inherent in multiplicative encodings (deposit preset, "
-               "4 multiplicative vs 4 additive PEs)", "—", "not run"))
+               "4 multiplicative vs 4 additive PEs)", gv, g["verdict"]))
   return rows
 
 
@@ -983,10 +979,11 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   truns = {} if thesis_runs is None else thesis_runs
   if truns:
     parts = parts[:-1] + [
-        f"| ({cid}) {claim} | clean | {_thesis_budget(truns)} | "
-        f"{_chance_ceiling('distance', STUDY_PRESET, ceil)} | "
+        f"| ({cid}) {claim} | clean | "
+        f"{_thesis_budget(truns) if cid != 'g' else DEPOSIT_PRESET + ' (8 seeds)'} | "
+        f"{_chance_ceiling('distance', STUDY_PRESET if cid != 'g' else DEPOSIT_PRESET, ceil)} | "
         f"{'the paper: contraction stabilises and speeds training' if cid != 'g' else 'ICLR version'} | "
-        f"{ev} | **{v}** |" for cid, claim, ev, v in thesis_claims(truns)] + [""]
+        f"{ev} | **{v}** |" for cid, claim, ev, v in thesis_claims(truns, runs)] + [""]
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
             .replace("train_accuracy", "a seed has plateaued when its train accuracy stays")

@@ -78,6 +78,11 @@ def _entries() -> list[Entry]:
           ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
   out += [E(1, "deposit", "distance", pe, paper_ablation=True) for pe in
           ("rope", "nope", "alibi", "mla")]
+  # Claim (g), the thesis study (docs/study.md): the deposit with 8 heads per
+  # layer for the multiplicative and additive PEs (rope and alibi are above).
+  out += [E(2, "deposit", "distance", pe) for pe in
+          ("alibi_multiplicative", "rope_additive", "xpos", "p_rope", "relative",
+           "kerple_log")]
   out += [E(3, "study", "distance", pe, faithful=True,
             paper_ablation=pe == "rope_sinusoidal") for pe in
           ("rope_sinusoidal", "rope", "nope", "mla", "alibi", "sinusoidal",

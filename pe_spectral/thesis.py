@@ -18,7 +18,8 @@ from pe_spectral import stats
 
 __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over_training",
            "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts",
-           "claim_e", "claim_f_pair", "claim_f", "claim_f2", "budget", "judged_runs", "load"]
+           "claim_e", "claim_f_pair", "claim_f", "claim_f2", "G_MULTIPLICATIVE", "G_ADDITIVE",
+           "claim_g", "budget", "judged_runs", "load"]
 
 # (kernel, multiplicative member, additive member)
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
@@ -157,6 +158,52 @@ def claim_f2(runs: dict) -> dict:
   verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[side]
   return {"pes": sorted(used), "rho": rho, "lo": lo, "hi": hi, "n": len(x),
           "verdict": verdict}
+
+
+# (g): the deposit in multiplicative vs additive encodings (deposit preset).
+G_MULTIPLICATIVE = ("rope", "xpos", "p_rope", "alibi_multiplicative")
+G_ADDITIVE = ("alibi", "rope_additive", "relative", "kerple_log")
+
+
+def claim_g(ablations: dict, *, converged: Optional[dict] = None,
+            resamples: int = 10_000, seed: int = 0) -> dict:
+  """(g): the deposit rule of (c) per seed, pooled over the multiplicative PEs
+  against the additive ones, with a bootstrap CI of the difference of pooled
+  fractions (seeds resampled within each PE).
+
+  Args:
+    ablations: ``{pe: ablation.json dict}`` of the ``deposit`` preset's
+      single-head knock-outs; PEs outside the two groups are ignored.
+    converged: ``{pe: bool}`` (the study's rule); a run that did not converge
+      makes the verdict "inconclusive (not converged)", numbers still given.
+  Returns:
+    ``{"fractions": {pe: float}, "multiplicative", "additive" (pooled
+    fractions), "diff", "lo", "hi", "verdict"}``; "not run" until all eight
+    PEs are present.
+  """
+  from pe_spectral.claims import deposit_rule
+  hits = {pe: np.asarray(deposit_rule(a)["per_seed"], bool) for pe, a in ablations.items()
+          if pe in G_MULTIPLICATIVE + G_ADDITIVE}
+  out = {"fractions": {pe: float(h.mean()) for pe, h in hits.items()}}
+  missing = [pe for pe in G_MULTIPLICATIVE + G_ADDITIVE if pe not in hits]
+  if missing:
+    return {**out, "missing": missing, "verdict": "not run"}
+  rng = np.random.default_rng(seed)
+  frac = lambda group: float(np.concatenate([hits[pe] for pe in group]).mean())
+
+  def boot(group):  # [resamples] pooled fractions, seeds resampled within each PE
+    draws = [h[rng.integers(0, len(h), (resamples, len(h)))] for h in
+             (hits[pe] for pe in group)]
+    return np.concatenate(draws, axis=1).mean(1)
+
+  mult, add = frac(G_MULTIPLICATIVE), frac(G_ADDITIVE)
+  lo, hi = np.percentile(boot(G_MULTIPLICATIVE) - boot(G_ADDITIVE), [2.5, 97.5])
+  verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[_ci_side(lo, hi)]
+  unconverged = [pe for pe in hits if converged is not None and not converged.get(pe, False)]
+  if unconverged:
+    verdict = f"inconclusive (not converged: {', '.join(unconverged)})"
+  return {**out, "multiplicative": mult, "additive": add, "diff": mult - add,
+          "lo": float(lo), "hi": float(hi), "verdict": verdict}
 
 
 def budget(run: dict) -> tuple:

@@ -195,3 +195,49 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   rows = {r[0]: r[3] for r in report.thesis_claims(truns)}
   assert rows["g"] == "not run" and rows["e"] == "inconclusive"  # two of four PEs
   json.dumps(lines)
+
+
+def _ablation(pattern, seeds=8, layers=2, heads=4, seed=0):
+  """Drops [seeds, layers, heads]: 'deposit' = one layer-0 head carries it."""
+  rng = np.random.default_rng(seed)
+  d = 0.02 + 0.01 * rng.random((seeds, layers, heads))
+  if pattern == "deposit":
+    d[:, 0, 1] = 0.5
+  return {"drop": d.tolist(), "seeds": list(range(seeds))}
+
+
+def test_deposit_rule_against_a_hand_computed_case():
+  from pe_spectral.claims import deposit_rule
+  drop = np.zeros((3, 4, 3))
+  drop[0, 1, 2], drop[0, 1, 0] = 0.30, 0.10   # layer 1: 30 >= 3 x 10 points: holds
+  drop[1, 0, 0], drop[1, 0, 1] = 0.30, 0.11   # 30 < 33: no
+  drop[1, 2, 0] = 0.9                         # a late layer (2 of 4) does not count
+  drop[2, 0, 0], drop[2, 0, 1] = 0.05, -0.2   # second negative -> 0: holds
+  r = deposit_rule({"drop": drop.tolist()})
+  assert r["early_layers"] == 2 and r["per_seed"] == [True, False, True]
+  assert r["layer"] == [1, None, 0] and r["fraction"] == pytest.approx(2 / 3)
+  with pytest.raises(ValueError, match="heads >= 2"):
+    deposit_rule({"drop": np.zeros((2, 2, 1)).tolist()})
+
+
+def test_claim_g_reproduced_refuted_inconclusive_not_run():
+  mult = {pe: _ablation("deposit", seed=i) for i, pe in enumerate(thesis.G_MULTIPLICATIVE)}
+  add = {pe: _ablation("flat", seed=9 + i) for i, pe in enumerate(thesis.G_ADDITIVE)}
+  r = thesis.claim_g({**mult, **add}, resamples=2000)
+  assert r["verdict"] == "reproduced" and r["multiplicative"] == 1 and r["additive"] == 0
+  assert 0 < r["lo"] <= r["diff"] <= r["hi"]
+  swapped = {**{pe: _ablation("flat") for pe in thesis.G_MULTIPLICATIVE},
+             **{pe: _ablation("deposit") for pe in thesis.G_ADDITIVE}}
+  assert thesis.claim_g(swapped, resamples=2000)["verdict"] == "refuted"
+  # half the seeds of every PE hit: no difference to find
+  half = {"drop": np.concatenate([np.asarray(_ablation("deposit", seeds=4)["drop"]),
+                                  np.asarray(_ablation("flat", seeds=4)["drop"])]).tolist()}
+  same = {pe: half for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
+  r = thesis.claim_g(same, resamples=2000)
+  assert r["verdict"] == "inconclusive" and r["diff"] == 0 and r["lo"] < 0 < r["hi"]
+  partial = {pe: a for pe, a in {**mult, **add}.items() if pe != "kerple_log"}
+  r = thesis.claim_g(partial)
+  assert r["verdict"] == "not run" and r["missing"] == ["kerple_log"]
+  conv = {pe: pe != "xpos" for pe in mult | add}
+  r = thesis.claim_g({**mult, **add}, converged=conv, resamples=500)
+  assert r["verdict"] == "inconclusive (not converged: xpos)" and r["diff"] == 1
