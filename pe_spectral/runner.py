@@ -28,10 +28,9 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -41,7 +40,7 @@ from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.model import check_token_ids
 from pe_spectral.train import Trainer, seed_mesh
 
-__all__ = ["run", "load_run", "NonFiniteLossError", "ConfigMismatchError",
+__all__ = ["run", "load_run", "LoadedRun", "NonFiniteLossError", "ConfigMismatchError",
            "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
            "write_json"]
 
@@ -228,6 +227,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         progress: Optional[Callable[[dict], None]] = None,
         seed_group: Optional[int] = None,
         should_stop: Optional[Callable[[], bool]] = None,
+        on_checkpoint: Optional[Callable[[int], None]] = None,
         notify: Callable[[str], None] = _notify_stderr) -> dict:
   """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.config.RunConfig`).
 
@@ -252,6 +252,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       An execution detail: it is not part of the run's config.
     should_stop: polled after each evaluation's checkpoint is saved; when it
       returns True the run stops there and raises :class:`Interrupted`.
+    on_checkpoint: called with the step right after each checkpoint save has
+      started (asynchronously); the recovery tests kill the process there.
     notify: receives one-line notices (e.g. a checkpoint skipped on resume).
 
   Returns:
@@ -306,7 +308,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                         eval_every=eval_every, resume=resume,
                         max_to_keep=max_to_keep, record_spectra=record_spectra,
                         record_curvature=record_curvature, progress=progress,
-                        should_stop=should_stop, notify=notify, t_start=t_start)
+                        should_stop=should_stop, on_checkpoint=on_checkpoint,
+                        notify=notify, t_start=t_start)
 
 
 def _check_workdir(workdir, paths, config, resume) -> None:
@@ -340,10 +343,9 @@ def _check_workdir(workdir, paths, config, resume) -> None:
 
 def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
                  resume, max_to_keep, record_spectra, record_curvature, progress,
-                 should_stop, notify, t_start) -> dict:
+                 should_stop, on_checkpoint, notify, t_start) -> dict:
   """:func:`run` once the workdir is locked: config checks, resume, train, files."""
   writer = jax.process_index() == 0
-  kill_at = int(os.environ.get("PE_SPECTRAL_KILL_AT_STEP", "-1"))
   total = trainer.total_steps
   num_train = data.train_ids.shape[0]
   if total != config["total_steps"]:
@@ -453,8 +455,8 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
             f.write(json.dumps(curv, allow_nan=False) + "\n")
       rec_s = time.time() - t_rec  # spectra/curvature (their first call compiles too)
       ckpt.save(step, states, {"step": step, "elapsed": elapsed})
-      if kill_at == step:  # fault injection for the resume test (SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)
+      if on_checkpoint is not None:
+        on_checkpoint(step)
       if should_stop is not None and should_stop() and step < total:
         ckpt.wait()
         raise Interrupted(step)
@@ -509,8 +511,19 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
   return summary
 
 
-def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr):
-  """Reloads a trained run: ``(config dict, rc, trainer, states, data, step)``.
+class LoadedRun(NamedTuple):
+  """A trained run as :func:`load_run` restores it (unpacks as a 6-tuple)."""
+  config: dict        # config.json
+  rc: Any             # config.RunConfig
+  trainer: Trainer
+  states: Any         # seed-stacked train state of the checkpoint
+  data: Any           # tasks.Dataset, regenerated from the config
+  step: int           # the checkpoint's step
+
+
+def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr) -> LoadedRun:
+  """Reloads a trained run as a :class:`LoadedRun` (config, rc, trainer,
+  states, data, step).
 
   The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is regenerated from its ``data_seed`` (deterministic), the
   state restored from the newest checkpoint that verifies (shapes, finite,
@@ -546,4 +559,4 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr):
     line += ("; WARNING: the run has not finished (rerun its sweep command to finish it): "
              "these numbers are of a partly trained model")
   notify(line)
-  return config, rc, trainer, states, data, step
+  return LoadedRun(config, rc, trainer, states, data, step)

@@ -45,9 +45,16 @@ def test_sweep_writes_workdir(reference):
 def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
   wd, _ = reference
   wd2 = str(tmp_path / "killed")
-  out = _sweep(*COMMON, f"--workdir={wd2}",
-               env={"PE_SPECTRAL_KILL_AT_STEP": "12"}, check=False)
-  assert out.returncode == -signal.SIGKILL
+  # The sweep's own run, in a process that SIGKILLs itself right after step
+  # 12's checkpoint save starts (the runner's on_checkpoint hook).
+  kill = ("import os, signal, sys\n"
+          "from pe_spectral import config, runner\n"
+          "rc = config.build('smoke', 'distance', 'rope', steps=24)\n"
+          "def die(step):\n"
+          "  if step == 12: os.kill(os.getpid(), signal.SIGKILL)\n"
+          "runner.run(rc, [0, 1], sys.argv[1], eval_every=6, seed_group=1, on_checkpoint=die)\n")
+  out = subprocess.run([sys.executable, "-c", kill, wd2], capture_output=True, text=True)
+  assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
   assert not os.path.exists(os.path.join(wd2, "summary.json"))
   out = _sweep(*COMMON, f"--workdir={wd2}")  # same command: resumes, and says so
   # the kill comes right after step 12's save started: resumed from 12, or
