@@ -1,0 +1,91 @@
+"""The paper's claims as a library (pe_spectral.claims) on hand-made run
+records: reproduced, refuted, inconclusive and not-converged cases, without
+files or markdown."""
+import numpy as np
+import pytest
+
+from pe_spectral import claims as C
+
+
+def _run(pe, acc, *, task="distance", preset="study", faithful=False, plateaued=8,
+         rope_heads=None, seeds=8, jitter=0.2, seed=0, ablation=None):
+  rng = np.random.default_rng(seed)
+  r = {"task": task, "pe": pe, "preset": preset, "faithful": faithful,
+       "seeds": list(range(seeds)),
+       "test_accuracy": ((acc + jitter * rng.normal(size=seeds)) / 100).tolist(),
+       "plateau": {"per_seed": [True] * plateaued + [False] * (seeds - plateaued)}}
+  if rope_heads is not None:
+    r["rope_heads"] = rope_heads
+  if ablation is not None:
+    r["ablation"] = ablation
+  return r
+
+
+def _by_id(runs, cid, mode="clean"):
+  return next(c for c in C.claims(runs) if c["id"] == cid and c["mode"] == mode)
+
+
+def test_claim_a_reproduced_refuted_and_not_converged():
+  win = [_run("rope", 97.0), _run("nope", 10.0, seed=1), _run("learned", 90.0, seed=2)]
+  a = _by_id(win, "a")
+  assert a["verdict"] == "reproduced" and len(a["rows"]) == 2
+  lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
+  assert _by_id(lose, "a")["verdict"] == "refuted"
+  slow = [_run("rope", 97.0), _run("learned", 90.0, plateaued=3, seed=2)]
+  row = _by_id(slow, "a")["rows"][0][1]
+  assert _by_id(slow, "a")["verdict"] == "inconclusive"
+  assert row["raw_verdict"] == "reproduced" and not row["converged"]
+  assert _by_id([], "a")["verdict"] == "not run"
+
+
+def test_claim_a2_close_margin_is_mirrored():
+  close = [_run("rope", 97.0), _run("partial_rope", 95.0, rope_heads=1, seed=3)]
+  assert _by_id(close, "a2")["verdict"] == "reproduced"   # within 5 points
+  far = [_run("rope", 97.0), _run("partial_rope", 70.0, rope_heads=1, seed=3)]
+  assert _by_id(far, "a2")["verdict"] == "refuted"
+
+
+def test_claim_b_needs_both_comparisons():
+  t2 = dict(task="count")
+  runs = [_run("mla", 97.0, **t2), _run("nope", 78.0, seed=1, **t2),
+          _run("rope", 69.0, seed=2, **t2)]
+  assert _by_id(runs, "b")["verdict"] == "reproduced"
+  assert _by_id(runs[:2], "b")["verdict"] == "not run"
+  swapped = [_run("mla", 70.0, **t2), _run("nope", 78.0, seed=1, **t2),
+             _run("rope", 69.0, seed=2, **t2)]
+  assert _by_id(swapped, "b")["verdict"] == "refuted"
+
+
+def test_claim_c_deposit_verdicts():
+  def abl(deposit, seeds=8):
+    d = np.full((seeds, 4, 8), 0.02)
+    if deposit:
+      d[:, 0, 3] = 0.3
+    return {"drop": d.tolist()}
+  dep = dict(preset="deposit")
+  good = [_run("rope", 90, ablation=abl(True), **dep),
+          _run("nope", 10, ablation=abl(False), **dep),
+          _run("alibi", 50, ablation=abl(False), **dep),
+          _run("mla", 90, ablation=abl(False), **dep)]
+  assert _by_id(good, "c")["verdict"] == "reproduced"
+  assert _by_id(good[:2], "c")["verdict"] == "inconclusive (controls missing)"
+  no_deposit = [_run("rope", 90, ablation=abl(False), **dep)] + good[1:]
+  assert _by_id(no_deposit, "c")["verdict"] == "refuted"
+  nope_too = good[:1] + [_run("nope", 10, ablation=abl(True), **dep)] + good[2:]
+  assert _by_id(nope_too, "c")["verdict"] == "refuted"
+
+
+def test_find_picks_the_plan_run_and_long_preset_takes_over():
+  plan = _run("rope", 97.0)
+  long = _run("rope", 97.5, preset="long")
+  assert C.find([plan, long], "distance", "rope", preset="study") is plan
+  assert C.claim_preset([plan, long], "distance", "rope", False) == "long"
+  assert C.claim_preset([plan], "distance", "rope", False) == "study"
+  assert C.find([plan], "distance", "rope", preset="study", faithful=True) is None
+
+
+def test_compare_is_paired_on_shared_seeds():
+  a = _run("rope", 90.0, jitter=0.0)
+  b = _run("nope", 80.0, jitter=0.0, seeds=5)
+  p = C.compare(a, b)
+  assert p["n"] == 5 and p["mean"] == pytest.approx(10.0) and p["verdict"] == "reproduced"
