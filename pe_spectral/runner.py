@@ -23,11 +23,8 @@ uninterrupted run exactly (batch order and dropout are functions of
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import math
 import os
-import shutil
 import sys
 import time
 from typing import Any, Callable, NamedTuple, Optional
@@ -39,22 +36,18 @@ from pe_spectral import plotting, stats, tasks
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.model import check_token_ids
 from pe_spectral.train import Trainer, seed_mesh
+from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_workdir,
+                                 config_diff, json_safe, lock_holder, read_jsonl,
+                                 remove_unfinished_saves, truncate_jsonl, workdir_lock,
+                                 write_json)
 
 __all__ = ["run", "load_run", "LoadedRun", "NonFiniteLossError", "ConfigMismatchError",
            "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
-           "write_json"]
+           "write_json", "config_diff", "workdir_lock", "json_safe"]
 
 
 class NonFiniteLossError(RuntimeError):
   """Raised when a chunk produced a NaN/Inf loss; the last good checkpoint stays."""
-
-
-class ConfigMismatchError(RuntimeError):
-  """The workdir holds a run with different settings."""
-
-
-class WorkdirBusyError(RuntimeError):
-  """Another process is training in the same workdir."""
 
 
 class Interrupted(Exception):
@@ -65,85 +58,8 @@ class Interrupted(Exception):
     self.step = step
 
 
-@contextlib.contextmanager
-def workdir_lock(workdir: str):
-  """Holds ``workdir/.lock`` (an exclusive ``flock``) or raises
-  :class:`WorkdirBusyError` naming the holder. The kernel releases the lock
-  when its process exits, however it exits."""
-  path = os.path.join(workdir, ".lock")
-  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-  try:
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-      raise WorkdirBusyError(
-          f"{workdir} is in use by another run ({holder}); wait for it to finish, "
-          "or choose another --workdir") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
-    yield
-  finally:
-    os.close(fd)  # releases the lock
-
-
-def lock_holder(workdir: str) -> Optional[str]:
-  """Who holds ``workdir/.lock`` now (e.g. ``"pid 123 on host"``), or None;
-  it changes nothing (an analysis may look at a run that is training)."""
-  path = os.path.join(workdir, ".lock")
-  if not os.path.exists(path):
-    return None
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    try:
-      fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-      return os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return None
-  finally:
-    os.close(fd)
-
-
-def json_safe(x):
-  """NaN/inf -> None (JSON null), so metrics.jsonl stays strict JSON."""
-  if isinstance(x, list):
-    return [json_safe(v) for v in x]
-  return x if not isinstance(x, float) or math.isfinite(x) else None
-
-
 def _notify_stderr(msg: str) -> None:
   print(msg, file=sys.stderr, flush=True)
-
-
-def write_json(path: str, obj) -> None:
-  """Atomic JSON write (temp file + rename): never a half-written file."""
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
-
-
-def read_jsonl(path: str) -> list[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
-def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-  keys = sorted(set(a) | set(b))
-  out = []
-  for k in keys:
-    va, vb = a.get(k), b.get(k)
-    if (k not in a and vb is None) or (k not in b and va is None):
-      continue  # a field added later with its None default: same run
-    if isinstance(va, dict) and isinstance(vb, dict):
-      out += config_diff(va, vb, f"{prefix}{k}.")
-    elif va != vb:
-      out.append(f"{prefix}{k}: {va!r} -> {vb!r}")
-  return out
 
 
 def _spectra_record(trainer, states, probe_ids, step: int) -> dict:
@@ -200,25 +116,6 @@ def _curvature_record(trainer, states, ids, labels, step: int) -> dict:
   for name, val in out.items():
     rec[name] = json_safe(trainer.fetch(val).tolist())
   return rec
-
-
-def _remove_unfinished_saves(ckpt_dir: str) -> list[str]:
-  """Deletes the temporary folders of checkpoint saves that a killed run left
-  (orbax would warn about each, once per save); returns their steps."""
-  if not os.path.isdir(ckpt_dir):
-    return []
-  found = sorted(d for d in os.listdir(ckpt_dir) if ".orbax-checkpoint-tmp" in d)
-  for d in found:
-    shutil.rmtree(os.path.join(ckpt_dir, d), ignore_errors=True)
-  return [d.split(".", 1)[0] for d in found]
-
-
-def _truncate_jsonl(path: str, step: int) -> list[dict]:
-  rows = [r for r in read_jsonl(path) if r["step"] <= step]
-  with open(path + ".tmp", "w") as f:
-    f.writelines(json.dumps(r) + "\n" for r in rows)
-  os.replace(path + ".tmp", path)
-  return rows
 
 
 def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
@@ -285,7 +182,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   if writer:
     os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir) if writer else contextlib.nullcontext():
-    _check_workdir(workdir, paths, config, resume)
+    check_workdir(workdir, paths, config, resume)
     if resume and os.path.exists(paths["summary"]):
       with open(paths["summary"]) as f:
         summary = json.load(f)
@@ -312,35 +209,6 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                         notify=notify, t_start=t_start)
 
 
-def _check_workdir(workdir, paths, config, resume) -> None:
-  """Refuses a workdir whose run cannot be resumed under ``config``; with
-  ``resume=False`` discards the earlier run. Then writes ``config.json``."""
-  writer = jax.process_index() == 0
-  if (resume and not os.path.exists(paths["config"]) and os.path.isdir(paths["ckpt"])
-      and os.listdir(paths["ckpt"])):
-    raise ConfigMismatchError(
-        f"{workdir} holds checkpoints but no config.json, so the settings they were "
-        "trained with cannot be verified; pass --noresume to discard them or choose "
-        "another --workdir")
-  old = None
-  if os.path.exists(paths["config"]):
-    with open(paths["config"]) as f:
-      old = json.load(f)
-    diff = config_diff(old, config)
-    if resume and diff:
-      raise ConfigMismatchError(
-          f"{workdir} holds a run with different settings ("
-          + "; ".join(diff[:6])
-          + "); pass --noresume to overwrite it or choose another --workdir")
-  if not resume and writer:  # discard an earlier run, with or without its config
-    for key in ("metrics", "summary", "plot", "spectra", "curvature", "steps"):
-      if os.path.exists(paths[key]):
-        os.remove(paths[key])
-    shutil.rmtree(paths["ckpt"], ignore_errors=True)
-  if writer and old != config:  # only after every check has passed; unchanged: untouched
-    write_json(paths["config"], config)
-
-
 def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
                  resume, max_to_keep, record_spectra, record_curvature, progress,
                  should_stop, on_checkpoint, notify, t_start) -> dict:
@@ -358,7 +226,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
                          data.test_labels, data.train_ids[:n_sub],
                          data.train_labels[:n_sub])))
 
-  unfinished = _remove_unfinished_saves(paths["ckpt"]) if writer and resume else []
+  unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and resume else []
   ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=trainer.fetch)
   try:
     step, elapsed = 0, 0.0
@@ -384,12 +252,12 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
         notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
                f"of step {', '.join(unfinished)} was removed)")
     if writer:  # drop evaluations past the checkpoint (they will be redone)
-      _truncate_jsonl(paths["metrics"], step)
-      _truncate_jsonl(paths["steps"], step)
+      truncate_jsonl(paths["metrics"], step)
+      truncate_jsonl(paths["steps"], step)
       if record_spectra:
-        _truncate_jsonl(paths["spectra"], step)
+        truncate_jsonl(paths["spectra"], step)
       if record_curvature:
-        _truncate_jsonl(paths["curvature"], step)
+        truncate_jsonl(paths["curvature"], step)
     probe_ids = test_ids[:record_spectra] if record_spectra else None
     curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
                              if record_curvature else (None, None))

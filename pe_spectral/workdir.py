@@ -1,0 +1,153 @@
+"""A run's working directory, apart from training: the lock, strict JSON and
+JSONL files, the config check that decides whether a run may resume there,
+and the clean-up a resume needs (truncating files past the checkpoint,
+removing saves a kill cut off). Each error is one line for the user.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import shutil
+from typing import Optional
+
+import jax
+
+__all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
+           "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",
+           "remove_unfinished_saves", "check_workdir"]
+
+
+class ConfigMismatchError(RuntimeError):
+  """The workdir holds a run with different settings."""
+
+
+class WorkdirBusyError(RuntimeError):
+  """Another process is training in the same workdir."""
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+  """Holds ``workdir/.lock`` (an exclusive ``flock``) or raises
+  :class:`WorkdirBusyError` naming the holder. The kernel releases the lock
+  when its process exits, however it exits."""
+  path = os.path.join(workdir, ".lock")
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+      raise WorkdirBusyError(
+          f"{workdir} is in use by another run ({holder}); wait for it to finish, "
+          "or choose another --workdir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+
+
+def lock_holder(workdir: str) -> Optional[str]:
+  """Who holds ``workdir/.lock`` now (e.g. ``"pid 123 on host"``), or None;
+  it changes nothing (an analysis may look at a run that is training)."""
+  path = os.path.join(workdir, ".lock")
+  if not os.path.exists(path):
+    return None
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+      return os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+  finally:
+    os.close(fd)
+
+
+def json_safe(x):
+  """NaN/inf -> None (JSON null), so metrics.jsonl stays strict JSON."""
+  if isinstance(x, list):
+    return [json_safe(v) for v in x]
+  return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+def write_json(path: str, obj) -> None:
+  """Atomic JSON write (temp file + rename): never a half-written file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+  keys = sorted(set(a) | set(b))
+  out = []
+  for k in keys:
+    va, vb = a.get(k), b.get(k)
+    if (k not in a and vb is None) or (k not in b and va is None):
+      continue  # a field added later with its None default: same run
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += config_diff(va, vb, f"{prefix}{k}.")
+    elif va != vb:
+      out.append(f"{prefix}{k}: {va!r} -> {vb!r}")
+  return out
+
+
+def remove_unfinished_saves(ckpt_dir: str) -> list[str]:
+  """Deletes the temporary folders of checkpoint saves that a killed run left
+  (orbax would warn about each, once per save); returns their steps."""
+  if not os.path.isdir(ckpt_dir):
+    return []
+  found = sorted(d for d in os.listdir(ckpt_dir) if ".orbax-checkpoint-tmp" in d)
+  for d in found:
+    shutil.rmtree(os.path.join(ckpt_dir, d), ignore_errors=True)
+  return [d.split(".", 1)[0] for d in found]
+
+
+def truncate_jsonl(path: str, step: int) -> list[dict]:
+  rows = [r for r in read_jsonl(path) if r["step"] <= step]
+  with open(path + ".tmp", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  os.replace(path + ".tmp", path)
+  return rows
+
+
+def check_workdir(workdir, paths, config, resume) -> None:
+  """Refuses a workdir whose run cannot be resumed under ``config``; with
+  ``resume=False`` discards the earlier run. Then writes ``config.json``."""
+  writer = jax.process_index() == 0
+  if (resume and not os.path.exists(paths["config"]) and os.path.isdir(paths["ckpt"])
+      and os.listdir(paths["ckpt"])):
+    raise ConfigMismatchError(
+        f"{workdir} holds checkpoints but no config.json, so the settings they were "
+        "trained with cannot be verified; pass --noresume to discard them or choose "
+        "another --workdir")
+  old = None
+  if os.path.exists(paths["config"]):
+    with open(paths["config"]) as f:
+      old = json.load(f)
+    diff = config_diff(old, config)
+    if resume and diff:
+      raise ConfigMismatchError(
+          f"{workdir} holds a run with different settings ("
+          + "; ".join(diff[:6])
+          + "); pass --noresume to overwrite it or choose another --workdir")
+  if not resume and writer:  # discard an earlier run, with or without its config
+    for key in ("metrics", "summary", "plot", "spectra", "curvature", "steps"):
+      if os.path.exists(paths[key]):
+        os.remove(paths[key])
+    shutil.rmtree(paths["ckpt"], ignore_errors=True)
+  if writer and old != config:  # only after every check has passed; unchanged: untouched
+    write_json(paths["config"], config)
