@@ -1,0 +1,148 @@
+r"""Memory of the compiled programs, measured without running them.
+
+  python -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=1,8
+  python -m benchmarks.memory --preset=cpu --pe=rope --seeds=8 --seed_group=0,1
+
+For each (seed count, seed group) it lowers and compiles -- never runs -- the
+training chunk (``--steps`` steps), the evaluation, and (``--ablation``) the
+all-heads ablation, and prints XLA's ``memory_analysis()``: temporaries,
+arguments, outputs, and temporaries per seed. On a GPU it also runs one chunk
+and prints the device's measured peak (``memory_stats()['peak_bytes_in_use']``).
+Compiling needs no accelerator: the CPU backend's numbers are its own
+(buffer assignment differs by backend), but they size a GPU run to within the
+same order and show what grows with what.
+"""
+from __future__ import annotations
+
+import sys
+
+from pe_spectral import xla_config
+
+xla_config.tune_cpu()
+
+from absl import app, flags, logging  # noqa: E402
+
+from pe_spectral import cli  # noqa: E402
+
+flags.DEFINE_string("preset", "paper", "Preset (pe_spectral.config).")
+flags.DEFINE_string("task", "distance", "distance or count.")
+flags.DEFINE_string("pe", "rope_sinusoidal", "Positional encoding.")
+flags.DEFINE_bool("faithful", False, "The paper's architecture and optimiser.")
+flags.DEFINE_list("seeds", ["1", "8"], "Seed counts to compile for.")
+flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
+flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
+flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
+flags.DEFINE_integer("eval_examples", 0, "Examples the evaluation compiles for (0: the "
+                     "preset's test split).")
+FLAGS = flags.FLAGS
+
+GIB = 1024 ** 3
+
+
+def _ints(name, values, minimum):
+  try:
+    out = [int(v) for v in values]
+  except ValueError:
+    raise app.UsageError(f"--{name} must be a comma list of ints, got {values}") from None
+  if not out or min(out) < minimum:
+    raise app.UsageError(f"--{name} values must be >= {minimum}, got {out}")
+  return out
+
+
+def analysis(compiled) -> dict:
+  """Bytes of a compiled program: temporaries, arguments, outputs, code."""
+  m = compiled.memory_analysis()
+  get = lambda k: int(getattr(m, k, 0) or 0)
+  return {"temp": get("temp_size_in_bytes"), "argument": get("argument_size_in_bytes"),
+          "output": get("output_size_in_bytes"), "alias": get("alias_size_in_bytes"),
+          "code": get("generated_code_size_in_bytes")}
+
+
+def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_examples: int):
+  """``{name: compiled}`` for one configuration, from shapes only."""
+  import jax
+  import jax.numpy as jnp
+  from pe_spectral import ablation as abl
+  from pe_spectral.train import Trainer
+  num_train = rc.task.num_train
+  tr = Trainer(rc.model, rc.task, rc.train, num_train=num_train, seed_group=seed_group)
+  states = tr.abstract_state(seeds)
+  keys = jax.ShapeDtypeStruct((seeds,), jnp.uint32)
+  L = rc.task.max_len
+  train_ids = jax.ShapeDtypeStruct((num_train, L), jnp.int32)
+  train_labels = jax.ShapeDtypeStruct((num_train,), jnp.int32)
+  n_eval = eval_examples or (rc.task.num_examples - num_train)
+  eval_ids = jax.ShapeDtypeStruct((n_eval, L), jnp.int32)
+  eval_labels = jax.ShapeDtypeStruct((n_eval,), jnp.int32)
+  out = {"train chunk": tr._chunk.lower(states, keys, train_ids, train_labels,
+                                        num_steps=steps).compile(),
+         "evaluation": tr._eval.lower(states["params"], eval_ids, eval_labels).compile()}
+  if ablation:
+    cfg = rc.model
+    masks = abl.head_masks(cfg.num_layers, cfg.num_heads)
+    fn = abl._compile_all_seeds(tr, masks, "head", None, "shared")
+    out["ablation (all heads)"] = fn.lower(states["params"], eval_ids, eval_labels).compile()
+  return tr, out
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)
+  from pe_spectral import config as configs
+  from pe_spectral import encodings
+  if FLAGS.pe not in encodings.names():
+    raise app.UsageError(f"unknown --pe {FLAGS.pe!r}")
+  if FLAGS.preset not in configs.PRESET_NAMES:
+    raise app.UsageError(f"unknown --preset {FLAGS.preset!r}; valid: "
+                         f"{', '.join(configs.PRESET_NAMES)}")
+  seeds_list = _ints("seeds", FLAGS.seeds, 1)
+  groups = _ints("seed_group", FLAGS.seed_group, 0)
+  if FLAGS.steps < 1 or FLAGS.eval_examples < 0:
+    raise app.UsageError("--steps must be >= 1 and --eval_examples >= 0")
+  import jax
+  rc = configs.build(FLAGS.preset, FLAGS.task, FLAGS.pe, faithful=FLAGS.faithful)
+  dev = jax.devices()[0]
+  print(f"# {FLAGS.preset} preset, {FLAGS.task}, {FLAGS.pe}"
+        f"{' (faithful)' if FLAGS.faithful else ''}: batch {rc.train.batch_size}, "
+        f"{rc.model.num_layers} layers, d {rc.model.d_model}, {rc.model.num_heads} heads, "
+        f"length {rc.task.max_len}; {jax.default_backend()} ({dev.device_kind}), "
+        f"jax {jax.__version__}", flush=True)
+  print("| seeds | seed group | program | temporaries GiB | per seed GiB | arguments GiB "
+        "| outputs GiB | measured peak GiB |")
+  print("|---|---|---|---|---|---|---|---|")
+  for seeds in seeds_list:
+    for g in groups:
+      if g and seeds % g:
+        print(f"# skip: seed group {g} does not divide {seeds} seeds", file=sys.stderr)
+        continue
+      group = None if g == 0 or g == seeds else g
+      print(f"# compiling {seeds} seeds, group {g or 'all'} ...", file=sys.stderr, flush=True)
+      tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
+                           eval_examples=FLAGS.eval_examples)
+      peak = _measured_peak(tr, rc, seeds) if jax.default_backend() == "gpu" else None
+      for name, compiled in progs.items():
+        a = analysis(compiled)
+        pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
+        print(f"| {seeds} | {g or 'all'} | {name} | {a['temp'] / GIB:.2f} | "
+              f"{a['temp'] / seeds / GIB:.2f} | {a['argument'] / GIB:.3f} | "
+              f"{a['output'] / GIB:.3f} | {pk} |", flush=True)
+  return 0
+
+
+def _measured_peak(tr, rc, seeds: int):
+  """Runs one chunk of ``FLAGS.steps`` steps on real data; the device's peak."""
+  import jax
+  from pe_spectral import tasks
+  data = tasks.generate(rc.task)
+  keys = tr.seed_keys(list(range(seeds)))
+  states = tr.init(keys)
+  states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels,
+                                  FLAGS.steps)
+  jax.block_until_ready(losses)
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get("peak_bytes_in_use")
+
+
+if __name__ == "__main__":
+  cli.run(main)
