@@ -21,3 +21,25 @@ def test_matmul_and_mlp_gradient_flops():
   body = lambda c, _: (jnp.tanh(c @ w1), None)
   f = jax.jit(lambda c: jax.lax.scan(body, c, None, length=4)[0])
   assert matmul_flops(f, x) == 4 * 2 * n * d * d
+
+
+def test_memory_benchmark_reads_the_compiled_programs():
+  """benchmarks/memory.py compiles without running: its argument bytes are the
+  programs' inputs counted independently (parameters + data), and the
+  all-seeds programs hold the seeds' parameters."""
+  import numpy as np
+  from benchmarks.memory import analysis, programs
+  from pe_spectral import config as configs
+  rc = configs.build("smoke", "distance", "rope", steps=4)
+  nbytes = lambda tree: sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                            for x in jax.tree.leaves(tree))
+  sizes = {}
+  for seeds in (1, 3):
+    tr, progs = programs(rc, seeds, None, steps=1, ablation=False, eval_examples=50)
+    params = tr.abstract_state(seeds)["params"]
+    data = 50 * rc.task.max_len * 4 + 50 * 4  # int32 ids and labels
+    ev = analysis(progs["evaluation"])
+    assert ev["argument"] == nbytes(params) + data, (ev, nbytes(params))
+    assert analysis(progs["train chunk"])["temp"] > 0
+    sizes[seeds] = nbytes(params)
+  assert sizes[3] == 3 * sizes[1]
