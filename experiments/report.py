@@ -675,8 +675,9 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
       "λ_max(P⁻¹H) on 64 fixed training examples.", "",
       ] + _thesis_table(truns)
   for sup in superseded:
-    lines += ["", f"Superseded by a longer budget (docs/study.md, second amendment), kept for "
-              f"reference: {_thesis_budget(sup)}.", ""] + _thesis_table(sup)
+    lines += ["", f"Not judged — runs at another budget ({_thesis_budget(sup)}); a pair is "
+              "judged at the longest budget at which both of its members are committed "
+              "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
   os.makedirs(figdir, exist_ok=True)
   paths = {k: os.path.join(figdir, f"thesis_{k}.png")
            for k in ("curves", "ratio", "sharpness", "scatter")}

@@ -222,7 +222,8 @@ def judged_runs(budgets: Sequence[dict]) -> tuple[dict, list[dict]]:
     judged at the longest budget (most epochs, then most seeds; the later
     directory on a tie) at which *both* its members exist; a PE whose partner
     exists nowhere is taken at its own longest budget. ``superseded`` lists the
-    other runs, each a ``{pe: run}`` per directory, in input order, empties
+    other runs -- shorter budgets, or a longer run still waiting for its
+    partner -- each a ``{pe: run}`` per directory, in input order, empties
     dropped.
   """
   def best(indices, pe):
