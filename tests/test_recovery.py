@@ -207,3 +207,26 @@ def test_metrics_rows_are_strict_json():
   clean = {k: runner.json_safe(v) for k, v in row.items()}
   text = json.dumps(clean, allow_nan=False)
   assert json.loads(text)["test_loss"] == [None, 1.5, None]
+
+
+def test_lock_holder_reads_without_taking_or_changing_the_lock(tmp_path):
+  from pe_spectral import workdir
+  wd = str(tmp_path / "w")
+  os.makedirs(wd)
+  assert workdir.lock_holder(wd) is None  # no .lock yet: nothing is created
+  assert not os.path.exists(os.path.join(wd, ".lock"))
+  with workdir.workdir_lock(wd):
+    child = subprocess.run([sys.executable, "-c", (
+        "import sys; from pe_spectral import workdir; print(workdir.lock_holder(sys.argv[1]))"),
+        wd], capture_output=True, text=True)
+    assert child.stdout.strip() == f"pid {os.getpid()} on {os.uname().nodename}", child.stderr
+  before = open(os.path.join(wd, ".lock"), "rb").read()
+  assert workdir.lock_holder(wd) is None  # released
+  assert open(os.path.join(wd, ".lock"), "rb").read() == before
+  # the clean-up of cut-off saves names their steps and leaves finished ones
+  ckpt = os.path.join(wd, "ckpt")
+  for d in ("6", "12.orbax-checkpoint-tmp-1764590000", "18.orbax-checkpoint-tmp"):
+    os.makedirs(os.path.join(ckpt, d))
+  assert workdir.remove_unfinished_saves(ckpt) == ["12", "18"]
+  assert os.listdir(ckpt) == ["6"]
+  assert workdir.remove_unfinished_saves(str(tmp_path / "none")) == []
