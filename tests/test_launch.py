@@ -97,3 +97,10 @@ def test_thesis_study_skips_committed_pes():
   out = _run("launch/thesis_cpu.sh", "rope_additive")
   assert out.returncode == 0, out.stderr[-2000:]
   assert "results/thesis/rope_additive is committed: skipping rope_additive" in out.stderr
+
+
+def test_thesis_long_budget_skips_committed_pes():
+  out = _run("launch/thesis_cpu.sh", "--long", "rope_additive")
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert ("results/thesis-32ep/rope_additive is committed: skipping rope_additive"
+          in out.stderr)
