@@ -24,16 +24,22 @@ from absl import app, flags, logging  # noqa: E402
 
 from pe_spectral import cli  # noqa: E402
 
-flags.DEFINE_string("preset", "paper", "Preset (pe_spectral.config).")
-flags.DEFINE_string("task", "distance", "distance or count.")
-flags.DEFINE_string("pe", "rope_sinusoidal", "Positional encoding.")
-flags.DEFINE_bool("faithful", False, "The paper's architecture and optimiser.")
-flags.DEFINE_list("seeds", ["1", "8"], "Seed counts to compile for.")
-flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
-flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
-flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
-flags.DEFINE_integer("eval_examples", 0, "Examples the evaluation compiles for (0: the "
-                     "preset's test split).")
+
+def _define_flags() -> None:
+  """The CLI's flags, defined only when run as a program, so that importing
+  ``programs``/``analysis`` (tests, notebooks) defines no absl flag."""
+  flags.DEFINE_string("preset", "paper", "Preset (pe_spectral.config).")
+  flags.DEFINE_string("task", "distance", "distance or count.")
+  flags.DEFINE_string("pe", "rope_sinusoidal", "Positional encoding.")
+  flags.DEFINE_bool("faithful", False, "The paper's architecture and optimiser.")
+  flags.DEFINE_list("seeds", ["1", "8"], "Seed counts to compile for.")
+  flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
+  flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
+  flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
+  flags.DEFINE_integer("eval_examples", 0, "Examples the evaluation compiles for (0: the "
+                       "preset's test split).")
+
+
 FLAGS = flags.FLAGS
 
 GIB = 1024 ** 3
@@ -145,4 +151,5 @@ def _measured_peak(tr, rc, seeds: int):
 
 
 if __name__ == "__main__":
+  _define_flags()
   cli.run(main)
