@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import warnings
 from typing import Any, Callable, Optional
 
@@ -114,7 +115,6 @@ def wait_ready(tree, *, max_poll_s: float = 0.05) -> None:
   """Returns once every array in ``tree`` is computed. Unlike a blocking
   read, the wait sleeps in short steps (1 ms growing to ``max_poll_s``), so
   signal handlers run at once while an asynchronous computation is running."""
-  import time
   pause = 1e-3
   for leaf in jax.tree.leaves(tree):
     if not isinstance(leaf, jax.Array):

@@ -70,15 +70,20 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
   assert a["train_accuracy"] == b["train_accuracy"]
 
 
+def _background_sweep(wd, *, steps, eval_every):
+  """A one-seed smoke sweep running in the background, stderr piped (to signal)."""
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
+       f"--steps={steps}", f"--eval_every={eval_every}", f"--workdir={wd}"],
+      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
 def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
   """Ctrl-C finishes the current evaluation and its checkpoint, then exits 130
   with one line naming the step to resume from; no traceback."""
   import re
   wd = str(tmp_path / "ctrl-c")
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
-       "--steps=600", "--eval_every=6", f"--workdir={wd}"],
-      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  proc = _background_sweep(wd, steps=600, eval_every=6)
   lines = []
   try:
     for line in proc.stderr:
@@ -104,10 +109,7 @@ def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
   import threading
   import time
   wd = str(tmp_path / "ctrl-c-twice")
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
-       "--steps=4000", "--eval_every=400", f"--workdir={wd}"],
-      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  proc = _background_sweep(wd, steps=4000, eval_every=400)
   lines = []
   reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
   reader.start()
