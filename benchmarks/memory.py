@@ -2,6 +2,8 @@ r"""Memory of the compiled programs, measured without running them.
 
   python -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=1,8
   python -m benchmarks.memory --preset=cpu --pe=rope --seeds=8 --seed_group=0,1
+  python -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=8 \
+      --attention_block=0,32 --remat=false,true
 
 For each (seed count, seed group) it lowers and compiles -- never runs -- the
 training chunk (``--steps`` steps), the evaluation, and (``--ablation``) the
@@ -14,6 +16,8 @@ same order and show what grows with what.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import sys
 
 from pe_spectral import xla_config
@@ -36,6 +40,9 @@ def _define_flags() -> None:
   flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
   flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
   flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
+  flags.DEFINE_list("attention_block", ["0"], "Attention kernels: 0 = the standard one, "
+                    "N = the blockwise one with N query rows per block.")
+  flags.DEFINE_list("remat", ["false"], "Per-block rematerialisation: false, true or both.")
   flags.DEFINE_integer("eval_examples", 0, "Examples the evaluation compiles for (0: the "
                        "preset's test split).")
 
@@ -53,6 +60,14 @@ def _ints(name, values, minimum):
   if not out or min(out) < minimum:
     raise app.UsageError(f"--{name} values must be >= {minimum}, got {out}")
   return out
+
+
+def _bools(name, values):
+  table = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
+  try:
+    return [table[v.strip().lower()] for v in values]
+  except KeyError:
+    raise app.UsageError(f"--{name} must be a comma list of true/false, got {values}") from None
 
 
 def analysis(compiled) -> dict:
@@ -114,25 +129,32 @@ def main(argv):
         f"{rc.model.num_layers} layers, d {rc.model.d_model}, {rc.model.num_heads} heads, "
         f"length {rc.task.max_len}; {jax.default_backend()} ({dev.device_kind}), "
         f"jax {jax.__version__}", flush=True)
-  print("| seeds | seed group | program | temporaries GiB | per seed GiB | arguments GiB "
-        "| outputs GiB | measured peak GiB |")
-  print("|---|---|---|---|---|---|---|---|")
-  for seeds in seeds_list:
-    for g in groups:
-      if g and seeds % g:
-        print(f"# skip: seed group {g} does not divide {seeds} seeds", file=sys.stderr)
-        continue
-      group = None if g == 0 or g == seeds else g
-      print(f"# compiling {seeds} seeds, group {g or 'all'} ...", file=sys.stderr, flush=True)
-      tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
-                           eval_examples=FLAGS.eval_examples)
-      peak = _measured_peak(tr, rc, seeds) if jax.default_backend() == "gpu" else None
-      for name, compiled in progs.items():
-        a = analysis(compiled)
-        pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
-        print(f"| {seeds} | {g or 'all'} | {name} | {a['temp'] / GIB:.2f} | "
-              f"{a['temp'] / seeds / GIB:.2f} | {a['argument'] / GIB:.3f} | "
-              f"{a['output'] / GIB:.3f} | {pk} |", flush=True)
+  blocks = _ints("attention_block", FLAGS.attention_block, 0)
+  remats = _bools("remat", FLAGS.remat)
+  print("| seeds | seed group | attention | remat | program | temporaries GiB | per seed GiB "
+        "| arguments GiB | outputs GiB | measured peak GiB |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  base = rc
+  for seeds, g, block, remat in itertools.product(seeds_list, groups, blocks, remats):
+    rc = dataclasses.replace(base, model=base.model.replace(attention_block=block or None,
+                                                            remat=remat or None))
+    kernel = f"blockwise {block}" if block else "standard"
+    if g and seeds % g:
+      print(f"# skip: seed group {g} does not divide {seeds} seeds", file=sys.stderr)
+      continue
+    group = None if g == 0 or g == seeds else g
+    print(f"# compiling {seeds} seeds, group {g or 'all'}, {kernel} attention, "
+          f"remat {'on' if remat else 'off'} ...", file=sys.stderr, flush=True)
+    tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
+                         eval_examples=FLAGS.eval_examples)
+    peak = _measured_peak(tr, rc, seeds) if jax.default_backend() == "gpu" else None
+    for name, compiled in progs.items():
+      a = analysis(compiled)
+      pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
+      print(f"| {seeds} | {g or 'all'} | {kernel} | {'on' if remat else 'off'} | {name} | "
+            f"{a['temp'] / GIB:.2f} | "
+            f"{a['temp'] / seeds / GIB:.2f} | {a['argument'] / GIB:.3f} | "
+            f"{a['output'] / GIB:.3f} | {pk} |", flush=True)
   return 0
 
 

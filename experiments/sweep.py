@@ -60,12 +60,20 @@ flags.DEFINE_integer("random_positions", None,
                      "Randomized positions (Ruoss et al. 2023): each batch's tokens get sorted "
                      "distinct positions drawn from [0, N), in training and evaluation; "
                      "N >= the preset's max_len (e.g. 4x it, to test at 4x the length).")
+flags.DEFINE_integer("attention_block", None,
+                     "Memory: the blockwise attention kernel with this many query rows per "
+                     "block (keeps no [q, k] tensor for the backward pass; same numbers up "
+                     "to float rounding). Default: the standard kernel.")
+flags.DEFINE_bool("remat", None, "Memory: recompute each block in the backward pass "
+                  "instead of keeping its activations (default off).")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
-flags.DEFINE_integer("seed_group", None,
-                     "Vmap this many seeds at a time; groups run one after another in "
-                     "the same compiled program (single device; same results). 0: all "
-                     "seeds in one vmap. Default: 1 on a CPU backend (faster there, "
-                     "benchmarks/README.md), all seeds at once on GPU/TPU.")
+flags.DEFINE_string("seed_group", None,
+                    "Vmap this many seeds at a time; groups run one after another in "
+                    "the same compiled program (single device; same results). 0: all "
+                    "seeds in one vmap. auto: the widest group whose training chunk "
+                    "fits the device's memory (compiles the candidates; prints the "
+                    "choice). Default: 1 on a CPU backend (faster there, "
+                    "benchmarks/README.md), auto on GPU/TPU.")
 flags.DEFINE_integer("record_spectra", 0,
                      "If > 0: at each eval, record per-layer/head logit spectra on "
                      "this many fixed test examples into spectra.jsonl.")
@@ -126,10 +134,9 @@ def plan_runs():
     val = getattr(FLAGS, name)
     if val is not None and val < 1:
       raise UsageError(f"--{name} must be >= 1, got {val}")
-  if FLAGS.seed_group is not None and FLAGS.seed_group < 0:
-    raise UsageError(f"--seed_group must be >= 0, got {FLAGS.seed_group}")
-  if FLAGS.seed_group and FLAGS.seeds % FLAGS.seed_group:
-    raise UsageError(f"--seed_group {FLAGS.seed_group} must divide --seeds {FLAGS.seeds}")
+  group = parse_seed_group(FLAGS.seed_group)
+  if isinstance(group, int) and group and FLAGS.seeds % group:
+    raise UsageError(f"--seed_group {group} must divide --seeds {FLAGS.seeds}")
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
   if FLAGS.record_curvature < 0:
@@ -155,7 +162,8 @@ def plan_runs():
                            batch_size=FLAGS.batch_size,
                            learning_rate=FLAGS.learning_rate,
                            alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
-                           else None, random_positions=FLAGS.random_positions)
+                           else None, random_positions=FLAGS.random_positions,
+                           attention_block=FLAGS.attention_block, remat=FLAGS.remat)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(
@@ -258,13 +266,28 @@ class _StopOnCtrlC:
     signal.signal(signal.SIGINT, self._previous)
 
 
+def parse_seed_group(flag):
+  """``--seed_group``'s value: None (unset), ``"auto"`` or an int >= 0."""
+  if flag is None or str(flag).strip().lower() == "auto":
+    return None if flag is None else "auto"
+  try:
+    value = int(flag)
+  except ValueError:
+    raise UsageError(f"--seed_group must be an int >= 0 or auto, got {flag!r}") from None
+  if value < 0:
+    raise UsageError(f"--seed_group must be >= 0, got {value}")
+  return value
+
+
 def resolve_seed_group(flag):
-  """The runner's ``seed_group``: the flag, with 0 = one vmap over all seeds and
-  None = 1 on a CPU backend (there one seed already fills the cores, and a wide
-  vmap turns every matmul into a slower batched one), all seeds elsewhere."""
+  """The runner's ``seed_group``: the flag, with 0 = one vmap over all seeds,
+  ``auto`` = the widest group that fits the device, and unset = 1 on a CPU
+  backend (there one seed already fills the cores, and a wide vmap turns every
+  matmul into a slower batched one), ``auto`` elsewhere."""
+  flag = parse_seed_group(flag)
   if flag is None:
     import jax
-    return 1 if jax.default_backend() == "cpu" else None
+    return 1 if jax.default_backend() == "cpu" else "auto"
   return flag or None
 
 

@@ -16,10 +16,11 @@ import chex
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax import lax
 
 from pe_spectral import positional, rng, speed
 
-__all__ = ["attention", "attention_logits", "softmax_probs", "dropout", "torch_linear_init",
+__all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout", "torch_linear_init",
            "torch_linear", "MultiHeadAttention",
            "LatentAttention"]
 
@@ -63,7 +64,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
               scale: Optional[float] = None,
               dropout_rate: float = 0.0,
               dropout_key: Optional[jax.Array] = None,
-              factor: Optional[jax.Array] = None) -> jax.Array:
+              factor: Optional[jax.Array] = None,
+              query_block: Optional[int] = None) -> jax.Array:
   """Softmax attention.
 
   Differentiated by a hand-written VJP (:func:`_attend`; the gradient of plain
@@ -90,6 +92,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
     factor: multiplicative factor on the content logits ``q k^T * scale``
       (before ``bias`` is added), broadcastable to ``[batch, heads, q, k]``:
       a multiplicative positional coupling (e.g. ``ρ^{|i-j|}``); None = 1.
+    query_block: None (default): the kernel above. An int: the blockwise
+      kernel (:func:`blockwise_attention`), which keeps no ``[q, k]``-sized
+      tensor for the backward pass and builds one only ``query_block`` query
+      rows at a time; same numbers up to float rounding. Like the kernel
+      above it is a speed-layer piece: under :func:`speed.reference` the plain
+      autodiff path runs instead.
 
   Returns:
     ``[batch, q_len, heads, d_v]``.
@@ -101,7 +109,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   chex.assert_axis_dimension(k, 2, q.shape[2])
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  if speed.enabled():
+  if query_block is not None and speed.enabled():
+    out = blockwise_attention(q, k, v, bias=bias, factor=factor, mask=mask,
+                              dropout_key=dropout_key, scale=float(scale),
+                              dropout_rate=float(dropout_rate), query_block=query_block)
+  elif speed.enabled():
     out = _attend(q, k, v, bias, factor, mask, dropout_key, float(scale),
                   float(dropout_rate))
   else:  # the reference: plain autodiff (forward mode works)
@@ -162,6 +174,178 @@ def _attend_bwd(scale, rate, res, d_out):
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+# ----------------------------------------------------------------------------
+# The blockwise kernel: nothing [q, k]-sized kept for the backward pass.
+# ----------------------------------------------------------------------------
+
+def blockwise_attention(q, k, v, *, bias=None, factor=None, mask=None, dropout_key=None,
+                        scale: float, dropout_rate: float = 0.0,
+                        query_block: int) -> jax.Array:
+  """:func:`attention`'s softmax attention (same arguments, already checked),
+  computed ``query_block`` query rows at a time.
+
+  The forward pass keeps the output and each query row's logsumexp; the
+  backward pass recomputes each block's probabilities from them, and its
+  dropout mask from the key (:func:`rng.bernoulli_rows`: the very bits of the
+  whole-array mask). So the largest ``[q, k]``-shaped temporary is one block's
+  ``[batch, heads, query_block, k_len]``, and none outlives its block. Every
+  key is seen at once (exact row softmax, no online rescaling): the tasks'
+  sequences are short, and memory is dominated by the number of query rows.
+  ``q_len`` need not be a multiple of ``query_block`` (the last block is padded
+  and its extra rows dropped)."""
+  if int(query_block) < 1:
+    raise ValueError(f"query_block must be >= 1, got {query_block}")
+  return _blockwise(q, k, v, bias, factor, mask, dropout_key, float(scale),
+                    float(dropout_rate), int(query_block))
+
+
+def _rank4(x):
+  return None if x is None else jnp.reshape(x, (1,) * (4 - x.ndim) + x.shape)
+
+
+def _rows(x, i, block):
+  """Query rows ``[i*block, (i+1)*block)`` (axis 2) of a padded ``[., ., q|1, .]``
+  operand; one broadcast along queries is returned whole."""
+  if x is None or x.shape[2] == 1:
+    return x
+  return lax.dynamic_slice_in_dim(x, i * block, block, axis=2)
+
+
+def _pad_rows(x, padded: int, axis: int):
+  """``x`` zero-padded along ``axis`` to ``padded`` (unless broadcast, size 1)."""
+  if x is None or x.shape[axis] in (1, padded):
+    return x
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, padded - x.shape[axis])
+  return jnp.pad(x, pad)
+
+
+def _block_logits(q_i, k_h, bias_i, factor_i, mask_i, scale):
+  """One block's content logits and (masked, float32) logits ``[b, h, block, k]``."""
+  content = jnp.einsum("bhqd,bhkd->bhqk", q_i * scale, k_h)
+  logits = content if factor_i is None else content * factor_i
+  if bias_i is not None:
+    logits = logits + bias_i
+  if mask_i is not None:
+    logits = jnp.where(mask_i, logits, _MASK_VALUE)
+  return content, logits.astype(jnp.float32)
+
+
+def _block_keep(key, rate, full_shape, i, block):
+  """Block ``i``'s dropout mask (None without dropout)."""
+  if key is None or rate == 0.0:
+    return None
+  return rng.bernoulli_rows(key, 1.0 - rate, full_shape, 2, i * block, block)
+
+
+def _drop(x, keep, rate):
+  return x if keep is None else jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+def _blockwise_prepare(q, bias, factor, mask, block):
+  """Head-major padded operands and the block count."""
+  n_q = q.shape[1]
+  n_blocks = -(-n_q // block)
+  padded = n_blocks * block
+  q_h = _pad_rows(_hm(q), padded, 2)
+  ops = [_pad_rows(_rank4(x), padded, 2) for x in (bias, factor, mask)]
+  return q_h, ops, n_blocks, padded
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def _blockwise(q, k, v, bias, factor, mask, key, scale, rate, block):
+  return _blockwise_fwd(q, k, v, bias, factor, mask, key, scale, rate, block)[0]
+
+
+def _blockwise_fwd(q, k, v, bias, factor, mask, key, scale, rate, block):
+  b, n_q, h, _ = q.shape
+  n_k = k.shape[1]
+  q_h, (bias4, factor4, mask4), n_blocks, padded = _blockwise_prepare(
+      q, bias, factor, mask, block)
+  k_h, v_h = _hm(k), _hm(v)
+  full = (b, h, n_q, n_k)
+
+  def one(i):
+    _, logits = _block_logits(_rows(q_h, i, block), k_h, _rows(bias4, i, block),
+                              _rows(factor4, i, block), _rows(mask4, i, block), scale)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    p = jnp.exp(logits - lse[..., None]).astype(v.dtype)
+    keep = _block_keep(key, rate, full, i, block)
+    return jnp.einsum("bhqk,bhkd->bhqd", _drop(p, keep, rate), v_h), lse
+
+  out_b, lse_b = lax.map(one, jnp.arange(n_blocks))  # [n, b, h, block, .]
+  out = jnp.moveaxis(out_b, 0, 2).reshape(b, h, padded, -1)[:, :, :n_q]
+  lse = jnp.moveaxis(lse_b, 0, 2).reshape(b, h, padded)
+  out = _hm(out)
+  return out, (q, k, v, bias, factor, mask, key, out, lse)
+
+
+def _blockwise_bwd(scale, rate, block, res, d_out):
+  q, k, v, bias, factor, mask, key, out, lse = res
+  b, n_q, h, _ = q.shape
+  n_k = k.shape[1]
+  q_h, (bias4, factor4, mask4), n_blocks, padded = _blockwise_prepare(
+      q, bias, factor, mask, block)
+  k_h, v_h = _hm(k), _hm(v)
+  d_out_h = _pad_rows(_hm(d_out), padded, 2)
+  # softmax backward's row term rowsum(dO * O), as in _attend_bwd
+  row_all = _pad_rows(jnp.einsum("bqhd,bqhd->bhq", d_out, out), padded, 2)
+  full = (b, h, n_q, n_k)
+  per_row = lambda x: x is not None and x.shape[2] != 1  # stacked per block, else summed
+
+  def one(carry, i):
+    d_k, d_v, d_bias_acc, d_factor_acc = carry
+    q_i = _rows(q_h, i, block)
+    bias_i, factor_i, mask_i = (_rows(x, i, block) for x in (bias4, factor4, mask4))
+    content, logits = _block_logits(q_i, k_h, bias_i, factor_i, mask_i, scale)
+    lse_i = lax.dynamic_slice_in_dim(lse, i * block, block, axis=2)
+    p = jnp.exp(logits - lse_i[..., None]).astype(v.dtype)
+    keep = _block_keep(key, rate, full, i, block)
+    d_out_i = lax.dynamic_slice_in_dim(d_out_h, i * block, block, axis=2)
+    d_v = d_v + jnp.einsum("bhqk,bhqd->bhkd", _drop(p, keep, rate), d_out_i)
+    d_p = _drop(jnp.einsum("bhqd,bhkd->bhqk", d_out_i, v_h), keep, rate)
+    row = lax.dynamic_slice_in_dim(row_all, i * block, block, axis=2)[..., None]
+    d_logits = p * (d_p - row.astype(p.dtype))
+    if mask_i is not None:
+      d_logits = jnp.where(mask_i, d_logits, jnp.zeros_like(d_logits))
+    d_bias_i = d_factor_i = None
+    if bias4 is not None:
+      d_bias_i = _sum_to_shape(d_logits, bias_i.shape)
+      if not per_row(bias4):
+        d_bias_acc, d_bias_i = d_bias_acc + d_bias_i, None
+    if factor4 is not None:
+      d_factor_i = _sum_to_shape(d_logits * content, factor_i.shape)
+      if not per_row(factor4):
+        d_factor_acc, d_factor_i = d_factor_acc + d_factor_i, None
+      d_logits = d_logits * factor_i
+    d_q_i = jnp.einsum("bhqk,bhkd->bhqd", d_logits, k_h) * scale
+    d_k = d_k + jnp.einsum("bhqk,bhqd->bhkd", d_logits, q_i * scale)
+    return (d_k, d_v, d_bias_acc, d_factor_acc), (d_q_i, d_bias_i, d_factor_i)
+
+  zeros = lambda x: None if x is None or per_row(x) else jnp.zeros(x.shape, jnp.float32)
+  init = (jnp.zeros(k_h.shape, k.dtype), jnp.zeros(v_h.shape, v.dtype), zeros(bias4),
+          zeros(factor4))
+  (d_k, d_v, d_bias_acc, d_factor_acc), (d_q_b, d_bias_b, d_factor_b) = lax.scan(
+      one, init, jnp.arange(n_blocks))
+
+  def unstack(x_b):  # [n, b', h', block, k] -> [b', h', q, k]
+    x = jnp.moveaxis(x_b, 0, 2)
+    return x.reshape(x.shape[:2] + (padded,) + x.shape[4:])[:, :, :n_q]
+
+  d_q = _hm(unstack(d_q_b))
+  d_bias = d_factor = None
+  if bias is not None:
+    d_bias = (unstack(d_bias_b) if per_row(bias4) else d_bias_acc).reshape(bias.shape)
+    d_bias = d_bias.astype(bias.dtype)
+  if factor is not None:
+    d_factor = (unstack(d_factor_b) if per_row(factor4) else d_factor_acc)
+    d_factor = d_factor.reshape(factor.shape).astype(factor.dtype)
+  return d_q, _hm(d_k), _hm(d_v), d_bias, d_factor, None, None
+
+
+_blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
 
 
 def _sum_to_shape(x: jax.Array, shape) -> jax.Array:
@@ -260,8 +444,10 @@ class MultiHeadAttention(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
                rotary=None, attn_dropout: float = 0.0,
-               init_scheme: str = "torch", rngs: nnx.Rngs):
+               init_scheme: str = "torch", query_block: Optional[int] = None,
+               rngs: nnx.Rngs):
     self.num_heads = num_heads
+    self.query_block = query_block
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rotary = positional.Rotation() if rotary is None else rotary
@@ -309,7 +495,7 @@ class MultiHeadAttention(nnx.Module):
       bias = extra if bias is None else bias + extra
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
-                     dropout_key=dropout_key, factor=factor)
+                     dropout_key=dropout_key, factor=factor, query_block=self.query_block)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""
@@ -343,8 +529,10 @@ class LatentAttention(nnx.Module):
   def __init__(self, d_model: int, num_heads: int, *, latent_dim: int,
                rope_dim: int, shared_rope_query: bool = False,
                rotary=None, attn_dropout: float = 0.0,
-               init_scheme: str = "torch", rngs: nnx.Rngs):
+               init_scheme: str = "torch", query_block: Optional[int] = None,
+               rngs: nnx.Rngs):
     self.num_heads = num_heads
+    self.query_block = query_block
     self.attn_dropout = attn_dropout
     self.head_dim = d_model // num_heads
     self.rope_dim = rope_dim
@@ -393,7 +581,7 @@ class LatentAttention(nnx.Module):
     v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
                                                self.head_dim)
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
-                     dropout_key=dropout_key)
+                     dropout_key=dropout_key, query_block=self.query_block)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""

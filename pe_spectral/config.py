@@ -144,10 +144,13 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           batch_size: Optional[int] = None,
           learning_rate: Optional[float] = None,
           alibi_slopes: Optional[str] = None,
-          random_positions: Optional[int] = None) -> RunConfig:
+          random_positions: Optional[int] = None,
+          attention_block: Optional[int] = None,
+          remat: Optional[bool] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
-  below it (:class:`~pe_spectral.model.ModelConfig`)."""
+  below it; ``attention_block``, ``remat``: the memory options
+  (:class:`~pe_spectral.model.ModelConfig`)."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   task_cfg = task_config(preset, task, data_seed)
@@ -163,8 +166,10 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     model_kw["rope_heads"] = rope_heads
   if alibi_slopes is not None:  # ModelConfig says which PE takes it
     model_kw["alibi_slopes"] = alibi_slopes
-  if random_positions is not None:
-    model_kw["random_positions"] = random_positions
+  for name, val in (("random_positions", random_positions),
+                    ("attention_block", attention_block), ("remat", remat or None)):
+    if val is not None:
+      model_kw[name] = val
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
   if task_cfg.max_len > model_cfg.max_len:

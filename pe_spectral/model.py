@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from pe_spectral import encodings, positional
+from pe_spectral import encodings, positional, remat, speed
 from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
                                    dropout, torch_linear)
 
@@ -86,6 +86,15 @@ class ModelConfig:
       a learned position table N(0, 1), linears U(±1/sqrt(fan_in))) or
       ``"lecun"`` (embeddings and learned table N(0, 1/d_model), LeCun-normal
       kernels, zero biases). Default: torch when faithful, else lecun.
+    attention_block: None (default): the attention kernel that keeps each
+      layer's ``[batch, heads, q, k]`` probabilities for the backward pass. An
+      int: the blockwise kernel (:func:`attention.blockwise_attention`), which
+      keeps none and builds them that many query rows at a time: the same
+      model up to float rounding, far less memory, some recomputation.
+    remat: rematerialise each block in the backward pass (only the blocks'
+      inputs are kept, the rest is recomputed: :func:`remat.checkpoint`).
+      None/False (default): off. Memory options, like ``attention_block``:
+      neither changes what is computed beyond float rounding.
   """
   pe: str = "rope"
   vocab_size: int = 574
@@ -117,6 +126,8 @@ class ModelConfig:
   xpos_scale_base: Optional[float] = None
   cope_positions: Optional[int] = None
   random_positions: Optional[int] = None
+  attention_block: Optional[int] = None
+  remat: Optional[bool] = None
 
   def __post_init__(self):
     enc = encodings.get(self.pe)  # unknown name -> lists valid names
@@ -141,6 +152,12 @@ class ModelConfig:
       if self.random_positions < self.max_len:
         raise ValueError(f"random_positions ({self.random_positions}) must be >= max_len "
                          f"({self.max_len})")
+    if self.attention_block is not None and (isinstance(self.attention_block, bool)
+                                              or self.attention_block < 1):
+      raise ValueError(f"attention_block must be an int >= 1 or None, got "
+                       f"{self.attention_block!r}")
+    if self.remat not in (None, True, False):
+      raise ValueError(f"remat must be True, False or None, got {self.remat!r}")
     if self.fire_hidden is not None and self.fire_hidden < 1:
       raise ValueError(f"fire_hidden must be >= 1, got {self.fire_hidden}")
     if self.rope_scaling is not None:
@@ -281,12 +298,12 @@ class _Block(nnx.Module):
           # the paper's MLA has no attention dropout; the clean model gives
           # every PE the same regularisation
           attn_dropout=0.0 if cfg.faithful else cfg.dropout,
-          init_scheme=cfg.init, rngs=rngs)
+          init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
     else:
       self.attn = MultiHeadAttention(
           cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
           rotary=enc.qk_transform(cfg), attn_dropout=cfg.dropout,
-          init_scheme=cfg.init, rngs=rngs)
+          init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
     self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
                             init_scheme=cfg.init)
     self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs,
@@ -363,6 +380,36 @@ class _Block(nnx.Module):
     o = self.head_outputs(x, e, positions=positions, mask=mask, key=keys[0],
                           freq_mask=freq_mask)
     return self.finish(x, o, head_mask=head_mask, keys=keys)
+
+
+def _run_block(positions):
+  """``run(block, x, e, mask, head_mask, key, freq_mask)``: one block's forward
+  (``positions``: a NumPy constant, or a traced draw)."""
+  def run(block, x, e, mask, head_mask, key, freq_mask):
+    return block(x, e, positions=positions, mask=mask, head_mask=head_mask, key=key,
+                 freq_mask=freq_mask)
+  return run
+
+
+def _remat_block(positions):
+  """:func:`_run_block` that keeps only the block's inputs for the backward
+  pass and recomputes the rest (:func:`remat.checkpoint`; with the speed layer
+  off, the plain block: the reference path keeps forward mode)."""
+  plain = _run_block(positions)
+  if not speed.enabled():
+    return plain
+
+  def run(block, x, e, mask, head_mask, key, freq_mask):
+    graphdef, state = nnx.split(block)
+
+    def f(diff, aux):
+      state, x, e, head_mask, freq_mask = diff
+      mask, key, pos = aux
+      return _run_block(positions if pos is None else pos)(
+          nnx.merge(graphdef, state), x, e, mask, head_mask, key, freq_mask)
+    aux = (mask, key, positions if _drawn(positions) else None)
+    return remat.checkpoint(f)((state, x, e, head_mask, freq_mask), aux)
+  return run
 
 
 class TransformerClassifier(nnx.Module):
@@ -450,11 +497,12 @@ class TransformerClassifier(nnx.Module):
     e = self.embed_inputs(ids, ctx["positions"]) if input_pe else self.embed(ids)
     x = e
     inputs = []
+    run = _remat_block(ctx["positions"]) if cfg.remat else _run_block(ctx["positions"])
     for i, block in enumerate(self.blocks):
       inputs.append(x)
       key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-      x = block(x, e, **ctx, head_mask=None if head_mask is None else head_mask[i],
-                key=key, freq_mask=None if freq_mask is None else freq_mask[i])
+      x = run(block, x, e, ctx["mask"], None if head_mask is None else head_mask[i], key,
+              None if freq_mask is None else freq_mask[i])
     return self.classify(x, ids), e, inputs
 
   def context(self, ids: jax.Array, *, dropout_key=None, position_key=None) -> dict:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["threefry2x32", "random_bits32", "bernoulli"]
+__all__ = ["threefry2x32", "random_bits32", "bernoulli", "bernoulli_rows"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -68,20 +68,41 @@ def _exact_possible(shape) -> bool:
           and math.prod(shape) < 2 ** 32)
 
 
-def random_bits32(key: jax.Array, shape) -> jax.Array:
-  """``jax.random.bits(key, shape, uint32)``, bit for bit (see module docstring)."""
+def random_bits32(key: jax.Array, shape, *, full_shape=None, axis: int = 0,
+                  start=0) -> jax.Array:
+  """``jax.random.bits(key, shape, uint32)``, bit for bit (see module docstring).
+
+  With ``full_shape``: the bits of the slice ``[start : start + shape[axis]]``
+  along ``axis`` of ``jax.random.bits(key, full_shape, uint32)`` (``shape``
+  equals ``full_shape`` elsewhere; ``start`` may be traced), computed without
+  the rest of the array. Rows past ``full_shape[axis]`` get bits too (those
+  of other elements): callers discard them."""
   shape = tuple(int(d) for d in shape)
+  full = shape if full_shape is None else tuple(int(d) for d in full_shape)
   kd = _raw_key(key)
-  if kd is None or not _exact_possible(shape):
-    return jax.random.bits(key, shape, jnp.uint32)
+  if kd is None or not _exact_possible(full):
+    bits = jax.random.bits(key, full, jnp.uint32)
+    if full_shape is None:
+      return bits
+    pad = [(0, 0)] * len(full)
+    pad[axis] = (0, shape[axis])  # rows past the end stay addressable
+    return lax.dynamic_slice_in_dim(jnp.pad(bits, pad), start, shape[axis], axis)
   lo = jnp.zeros(shape, jnp.uint32)
   stride = 1
   for d in reversed(range(len(shape))):
     if shape[d] > 1:
       lo = lo + lax.broadcasted_iota(jnp.uint32, shape, d) * np.uint32(stride)
-    stride *= shape[d]
+    if d == axis and full_shape is not None:
+      lo = lo + jnp.asarray(start, jnp.uint32) * np.uint32(stride)
+    stride *= full[d]
   y0, y1 = threefry2x32(kd[0], kd[1], jnp.zeros(shape, jnp.uint32), lo)
   return y0 ^ y1
+
+
+def _uniform(bits: jax.Array) -> jax.Array:
+  # jax.random.uniform's float32 construction: 23 mantissa bits in [1, 2), minus 1.
+  return lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000),
+                                  jnp.float32) - np.float32(1.0)
 
 
 def bernoulli(key: jax.Array, p: float, shape) -> jax.Array:
@@ -90,8 +111,25 @@ def bernoulli(key: jax.Array, p: float, shape) -> jax.Array:
   if (not isinstance(p, (int, float)) or _raw_key(key) is None
       or not _exact_possible(shape)):
     return jax.random.bernoulli(key, p, shape)
-  bits = random_bits32(key, shape)
-  # jax.random.uniform's float32 construction: 23 mantissa bits in [1, 2), minus 1.
-  u = lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000),
-                               jnp.float32) - np.float32(1.0)
-  return u < np.float32(p)
+  return _uniform(random_bits32(key, shape)) < np.float32(p)
+
+
+def bernoulli_rows(key: jax.Array, p: float, full_shape, axis: int, start,
+                   size: int) -> jax.Array:
+  """Rows ``[start : start + size]`` along ``axis`` of
+  ``jax.random.bernoulli(key, p, full_shape)``, bit for bit, without drawing
+  the rest (``start`` may be traced; rows past the end are drawn too and are
+  the caller's to drop). The blockwise attention kernel regenerates its
+  dropout mask block by block with it."""
+  full_shape = tuple(int(d) for d in full_shape)
+  shape = full_shape[:axis] + (int(size),) + full_shape[axis + 1:]
+  if not isinstance(p, (int, float)):
+    raise TypeError(f"p must be a Python float, got {type(p).__name__}")
+  if _raw_key(key) is None or not _exact_possible(full_shape):
+    # jax.random.bernoulli's own bits, then the slice (memory of the whole mask)
+    full = jax.random.bernoulli(key, p, full_shape)
+    pad = [(0, 0)] * len(full_shape)
+    pad[axis] = (0, int(size))
+    return lax.dynamic_slice_in_dim(jnp.pad(full, pad), start, int(size), axis)
+  bits = random_bits32(key, shape, full_shape=full_shape, axis=axis, start=start)
+  return _uniform(bits) < np.float32(p)

@@ -35,7 +35,7 @@ import numpy as np
 from pe_spectral import plotting, stats, tasks
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.model import check_token_ids
-from pe_spectral.train import Trainer, seed_mesh
+from pe_spectral.train import Trainer, auto_seed_group, seed_mesh
 from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_workdir,
                                  config_diff, json_safe, lock_holder, read_jsonl,
                                  remove_unfinished_saves, truncate_jsonl, workdir_lock,
@@ -146,6 +146,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     progress: called after each evaluation with a dict of progress fields.
     seed_group: vmap this many seeds at a time, groups one after another in
       the same compiled chunk (single device only; default: all seeds at once).
+      ``"auto"``: the widest group whose chunk fits the device's memory
+      (:func:`train.auto_seed_group`; the choice goes to ``notify``).
       An execution detail: it is not part of the run's config.
     should_stop: polled after each evaluation's checkpoint is saved; when it
       returns True the run stops there and raises :class:`Interrupted`.
@@ -199,6 +201,10 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
                            f"config says {num_train}")
     mesh = seed_mesh(len(seeds))
+    if seed_group == "auto":
+      seed_group = None if mesh is not None else auto_seed_group(
+          rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
+          notify=notify)
     trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,
                       seed_group=seed_group if mesh is None else None)
     return _checked_run(rc, seeds, workdir, trainer, data, config, paths,

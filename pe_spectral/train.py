@@ -19,7 +19,9 @@ Loss/accuracy rules (``LabelRule``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import os
 import time
 import warnings
 from typing import Any, Callable, Optional
@@ -35,6 +37,7 @@ from pe_spectral import model as model_lib
 from pe_spectral.tasks import TaskConfig
 
 __all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Trainer",
+           "chunk_bytes", "eval_bytes", "group_bytes", "choose_seed_group", "device_memory_limit", "auto_seed_group",
            "seed_mesh"]
 
 
@@ -321,20 +324,13 @@ class Trainer:
 
   def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
     self.chunk_traces += 1  # Python side effect: runs once per trace
-    run = lambda st, k: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
-        st, k, train_ids, train_labels, num_steps)
-    n, g = keys.shape[0], self.seed_group
-    if g is None or g >= n:
-      return run(states, keys)
-    if n % g:
-      raise ValueError(f"seed_group {g} does not divide the {n} seeds")
-    # Groups of g vmapped seeds, one group after another in the same program
-    # (lax.map): on XLA:CPU a wide vmap turns every dense matmul into a slower
-    # batched dot, and one seed's step is already compute-bound (benchmarks/README.md).
-    split = lambda x: x.reshape((n // g, g) + x.shape[1:])
-    merge = lambda x: x.reshape((n,) + x.shape[2:])
-    out = jax.lax.map(lambda a: run(*a), (jax.tree.map(split, states), split(keys)))
-    return jax.tree.map(merge, out)
+    run = lambda a: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
+        *a, train_ids, train_labels, num_steps)
+    # Groups of g vmapped seeds, one group after another in the same program:
+    # on XLA:CPU a wide vmap turns every dense matmul into a slower batched
+    # dot, and one seed's step is already compute-bound (benchmarks/README.md);
+    # on an accelerator, groups bound the memory (auto_seed_group).
+    return self._by_seed_group(run, (states, keys))
 
   @staticmethod
   def _finite_impl(states):
@@ -395,7 +391,21 @@ class Trainer:
     return jax.random.fold_in(jax.random.key(0x5EED), batch_index)
 
   def _eval_impl(self, params, ids, labels):
-    return jax.vmap(self.evaluate_params, in_axes=(0, None, None))(params, ids, labels)
+    run = lambda p: jax.vmap(self.evaluate_params, in_axes=(0, None, None))(p, ids, labels)
+    return self._by_seed_group(run, params)
+
+  def _by_seed_group(self, run, tree):
+    """``run(tree)`` over the leading seed axis, ``seed_group`` seeds vmapped at
+    a time and the groups one after another (``lax.map``); all at once without
+    a group."""
+    n, g = jax.tree.leaves(tree)[0].shape[0], self.seed_group
+    if g is None or g >= n:
+      return run(tree)
+    if n % g:
+      raise ValueError(f"seed_group {g} does not divide the {n} seeds")
+    split = lambda x: x.reshape((n // g, g) + x.shape[1:])
+    merge = lambda x: x.reshape((n,) + x.shape[2:])
+    return jax.tree.map(merge, jax.lax.map(run, jax.tree.map(split, tree)))
 
   def memo(self, key, build: Callable[[], Any]):
     """``build()`` once per ``key`` for this trainer (e.g. a jitted ablation),
@@ -407,3 +417,106 @@ class Trainer:
   def evaluate(self, states, ids, labels):
     """(accuracy ``[seeds]``, mean loss ``[seeds]``) in eval mode (no dropout)."""
     return self._eval(states["params"], ids, labels)
+
+
+# ----------------------------------------------------------------------------
+# Automatic seed groups: the widest vmap whose training chunk fits the device.
+# ----------------------------------------------------------------------------
+
+def chunk_bytes(trainer: "Trainer", num_seeds: int, *, steps: int = 2) -> int:
+  """Bytes the compiled training chunk needs for ``num_seeds`` seeds (XLA's
+  ``memory_analysis``: temporaries plus arguments; compiled, never run).
+  The chunk's length hardly matters: its steps run in a ``lax.scan``."""
+  states = trainer.abstract_state(num_seeds)
+  keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
+  n, length = trainer.num_train, trainer.task_cfg.max_len
+  ids = jax.ShapeDtypeStruct((n, length), jnp.int32)
+  labels = jax.ShapeDtypeStruct((n,), jnp.int32)
+  m = trainer._chunk.lower(states, keys, ids, labels, num_steps=steps).compile()
+  m = m.memory_analysis()
+  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+
+
+def eval_bytes(trainer: "Trainer", num_seeds: int, num_examples: int) -> int:
+  """Bytes of the compiled evaluation of ``num_examples`` examples (as
+  :func:`chunk_bytes`)."""
+  params = trainer.abstract_state(num_seeds)["params"]
+  ids = jax.ShapeDtypeStruct((num_examples, trainer.task_cfg.max_len), jnp.int32)
+  labels = jax.ShapeDtypeStruct((num_examples,), jnp.int32)
+  m = trainer._eval.lower(params, ids, labels).compile().memory_analysis()
+  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def group_bytes(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
+                seed_group: Optional[int]) -> int:
+  """The larger of :func:`chunk_bytes` and :func:`eval_bytes` (one
+  evaluation batch) with this ``seed_group`` (None: one vmap), cached on the
+  frozen configs (each candidate compiles once per process)."""
+  trainer = Trainer(model_cfg, task_cfg, train_cfg, num_train=num_train,
+                    seed_group=seed_group)
+  return max(chunk_bytes(trainer, num_seeds),
+             eval_bytes(trainer, num_seeds, train_cfg.eval_batch_size))
+
+
+def choose_seed_group(num_seeds: int, needs: Callable[[int], int],
+                      limit_bytes: int) -> tuple[int, dict]:
+  """The largest divisor ``g`` of ``num_seeds`` with ``needs(g) <= limit_bytes``
+  (tried from the widest down, so the first fit ends the search), and the
+  bytes measured ``{g: bytes}``. If not even 1 fits, 1 (the caller warns)."""
+  if num_seeds < 1:
+    raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
+  measured = {}
+  for g in (d for d in range(num_seeds, 0, -1) if num_seeds % d == 0):
+    measured[g] = int(needs(g))
+    if measured[g] <= limit_bytes:
+      return g, measured
+  return 1, measured
+
+
+def device_memory_limit(device=None) -> Optional[int]:
+  """The device's allocatable bytes (``memory_stats()['bytes_limit']`` on a
+  GPU/TPU), the machine's physical memory on a CPU, or None if unknown."""
+  device = device or jax.devices()[0]
+  stats = None
+  try:
+    stats = device.memory_stats()
+  except Exception:  # noqa: BLE001 -- backends without memory stats
+    stats = None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  if device.platform == "cpu":
+    try:
+      return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+      return None
+  return None
+
+
+def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
+                    limit_bytes: Optional[int] = None, margin: float = 0.9,
+                    notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
+  """``seed_group`` for :class:`Trainer`: the widest group of seeds whose
+  training chunk's and evaluation's compiled temporaries and arguments
+  (:func:`group_bytes`) fit ``margin`` of the
+  device's memory (:func:`device_memory_limit` unless ``limit_bytes``). None
+  (one vmap over all seeds) when all fit; the choice is reported to ``notify``."""
+  limit = device_memory_limit() if limit_bytes is None else int(limit_bytes)
+  if limit is None:
+    notify("seed group auto: the device's memory is unknown; all seeds in one vmap")
+    return None
+  usable = int(margin * limit)
+  needs = lambda g: group_bytes(model_cfg, task_cfg, train_cfg, num_train=num_train,
+                                num_seeds=num_seeds,
+                                seed_group=None if g == num_seeds else g)
+  g, measured = choose_seed_group(num_seeds, needs, usable)
+  gib = lambda b: f"{b / 1024 ** 3:.2f} GiB" if b >= 1024 ** 3 else f"{b / 1024 ** 2:.0f} MiB"
+  tried = ", ".join(f"{k} at a time {gib(v)}" for k, v in measured.items())
+  if measured[g] > usable:
+    notify(f"seed group auto: even one seed at a time needs {gib(measured[g])}, more than "
+           f"the {gib(usable)} usable ({margin:.0%} of {gib(limit)}); trying anyway "
+           f"(the memory options --remat and --attention_block shrink it)")
+  else:
+    notify(f"seed group auto: {num_seeds} seeds, {g} at a time ({tried}; usable "
+           f"{gib(usable)} = {margin:.0%} of {gib(limit)})")
+  return None if g == num_seeds else g

@@ -246,6 +246,8 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--record_spectra=-1"], "--record_spectra must be >= 0"),
     (["--seeds=4", "--seed_group=3"], "must divide --seeds"),
     (["--seed_group=-1"], "--seed_group must be >= 0"),
+    (["--seed_group=half"], "--seed_group must be an int >= 0 or auto"),
+    (["--attention_block=0"], "attention_block must be an int >= 1"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
@@ -282,6 +284,7 @@ def test_config_fields_added_later_with_none_default_still_match():
 
 def test_seed_group_default_follows_backend():
   from experiments import sweep
-  assert sweep.resolve_seed_group(None) == (1 if jax.default_backend() == "cpu" else None)
+  assert sweep.resolve_seed_group(None) == (1 if jax.default_backend() == "cpu" else "auto")
   assert sweep.resolve_seed_group(0) is None  # one vmap over all seeds
   assert sweep.resolve_seed_group(2) == 2
+  assert sweep.resolve_seed_group("2") == 2 and sweep.resolve_seed_group("AUTO") == "auto"

@@ -108,9 +108,13 @@ def test_seed_groups_equal_one_vmap():
     keys = tr.seed_keys(seeds)
     states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
                                     data.train_labels, 4)
-    out[g] = (losses, states["params"])
+    out[g] = (losses, states["params"],
+              tr.evaluate(states, data.test_ids[:300], data.test_labels[:300]))
   np.testing.assert_allclose(out[2][0], out[None][0], rtol=2e-5, atol=2e-5)
   chex.assert_trees_all_close(out[2][1], out[None][1], rtol=1e-4, atol=1e-5)
+  # the evaluation runs by groups too: each seed's own accuracy and loss
+  np.testing.assert_allclose(out[2][2][0], out[None][2][0], atol=1.5 / 300)
+  np.testing.assert_allclose(out[2][2][1], out[None][2][1], rtol=1e-4)
   with pytest.raises(ValueError, match="does not divide"):
     tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
                        seed_group=3)

@@ -1,0 +1,201 @@
+"""The memory options: the blockwise attention kernel, its block-by-block
+dropout bits, and per-block rematerialisation. Each is held to the standard
+kernel, to plain autodiff, and (for the bits) to ``jax.random.bernoulli``."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import rng, speed
+from pe_spectral.attention import attention, blockwise_attention
+from pe_spectral.model import ModelConfig, apply_model, init_model
+
+
+@pytest.fixture(autouse=True)
+def _exact_matmuls():
+  with jax.default_matmul_precision("highest"):
+    yield
+
+
+@pytest.mark.parametrize("start,size", [(0, 4), (4, 4), (8, 4), (3, 2), (9, 3)])
+def test_bernoulli_rows_are_the_whole_masks_rows(start, size):
+  key = jax.random.key(3)
+  full = (2, 3, 10, 7)
+  whole = np.asarray(jax.random.bernoulli(key, 0.7, full))
+  got = np.asarray(jax.jit(lambda s: rng.bernoulli_rows(key, 0.7, full, 2, s, size))(start))
+  assert got.shape == (2, 3, size, 7)
+  n = min(size, full[2] - start)  # rows past the end are the caller's to drop
+  np.testing.assert_array_equal(got[:, :, :n], whole[:, :, start:start + n])
+
+
+def _operands(b=2, n=10, h=3, d=4, bias_shape=None, factor=False):
+  ks = jax.random.split(jax.random.key(0), 6)
+  q = jax.random.normal(ks[0], (b, n, h, d))
+  k = jax.random.normal(ks[1], (b, n, h, d))
+  v = jax.random.normal(ks[2], (b, n, h, d + 1))
+  bias = None if bias_shape is None else jax.random.normal(ks[3], bias_shape)
+  fac = jax.random.uniform(ks[4], (h, n, n), minval=0.2) if factor else None
+  # padding keys of the second example masked, as the clean model does
+  mask = (jnp.arange(n)[None, None, None, :] < jnp.asarray([n, n - 3])[:, None, None, None])
+  return q, k, v, bias, fac, mask
+
+
+def _value_and_grads(q, k, v, bias, fac, mask, *, block, rate, reference=False):
+  def loss(q, k, v, bias, fac):
+    out = attention(q, k, v, bias=bias, factor=fac, mask=mask, dropout_rate=rate,
+                    dropout_key=jax.random.key(7) if rate else None, query_block=block)
+    return jnp.sum(jnp.sin(out) * out)
+  argnums = tuple(i for i, x in enumerate((q, k, v, bias, fac)) if x is not None)
+  fn = jax.value_and_grad(loss, argnums=argnums)
+  if reference:
+    with speed.reference():  # plain autodiff through jnp
+      return fn(q, k, v, bias, fac)
+  return jax.jit(fn)(q, k, v, bias, fac)
+
+
+@pytest.mark.parametrize("bias_shape,factor", [
+    (None, False), ((3, 10, 10), False), ((2, 3, 10, 10), True), ((1, 3, 1, 10), False),
+    (None, True)])
+def test_blockwise_kernel_equals_standard_kernel_and_autodiff(bias_shape, factor):
+  ops = _operands(bias_shape=bias_shape, factor=factor)
+  rate = 0.3  # dropout on: the blocks must regenerate the whole mask's bits
+  ref = _value_and_grads(*ops, block=None, rate=rate, reference=True)
+  std = _value_and_grads(*ops, block=None, rate=rate)
+  for block in (1, 4, 16):  # one row, a padded last block, one block for all
+    got = _value_and_grads(*ops, block=block, rate=rate)
+    for other in (ref, std):
+      np.testing.assert_allclose(got[0], other[0], rtol=2e-6)
+      for a, b in zip(got[1], other[1]):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-5, err_msg=f"block {block}")
+
+
+def test_blockwise_forward_matches_a_float64_loop_without_dropout():
+  q, k, v, bias, fac, mask = _operands(bias_shape=(3, 10, 10), factor=True)
+  got = blockwise_attention(q, k, v, bias=bias, factor=fac, mask=mask, scale=0.5,
+                            query_block=4)
+  q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+  want = np.zeros(got.shape)
+  for bi in range(q.shape[0]):
+    for hi in range(q.shape[2]):
+      logits = (q64[bi, :, hi] @ k64[bi, :, hi].T * 0.5) * np.asarray(fac[hi])
+      logits = logits + np.asarray(bias[hi])
+      logits = np.where(np.asarray(mask[bi, 0]), logits, -np.inf)
+      p = np.exp(logits - logits.max(-1, keepdims=True))
+      want[bi, :, hi] = (p / p.sum(-1, keepdims=True)) @ v64[bi, :, hi]
+  np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+def test_blockwise_kernel_refuses_a_bad_block():
+  q, k, v, *_ = _operands()
+  with pytest.raises(ValueError, match="query_block"):
+    blockwise_attention(q, k, v, scale=1.0, query_block=0)
+  with pytest.raises(ValueError, match="attention_block"):
+    ModelConfig(attention_block=0)
+  with pytest.raises(ValueError, match="remat"):
+    ModelConfig(remat="yes")
+
+
+def _loss_and_grads(cfg, ids, labels):
+  graphdef, params = init_model(cfg, jax.random.key(1))
+
+  def loss(p):
+    logits = apply_model(graphdef, p, ids, dropout_key=jax.random.key(3))
+    return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(len(labels)), labels])
+  return jax.jit(jax.value_and_grad(loss))(params)
+
+
+# every kind of PE the kernel serves: rotary, additive bias, Hadamard factor,
+# contextual (CoPE), latent attention, and the paper's model
+@pytest.mark.parametrize("pe,faithful", [("rope", False), ("alibi", False),
+                                         ("alibi_multiplicative", False), ("cope", False),
+                                         ("mla", False), ("rope_sinusoidal", True)])
+def test_memory_options_train_the_same_model(pe, faithful):
+  ids = jax.random.randint(jax.random.key(2), (4, 12), 1, 30).at[1:, -3:].set(0)
+  labels = jnp.arange(4)
+  base = ModelConfig(pe=pe, vocab_size=30, num_classes=30, d_model=16, num_heads=4,
+                     num_layers=2, d_ff=32, max_len=12, faithful=faithful)
+  l0, g0 = _loss_and_grads(base, ids, labels)
+  each = (dict(attention_block=5), dict(remat=True)) if pe == "rope" else ()
+  for options in each + (dict(attention_block=5, remat=True),):
+    l1, g1 = _loss_and_grads(base.replace(**options), ids, labels)
+    np.testing.assert_allclose(l1, l0, rtol=1e-6, err_msg=str(options))
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+      np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5, err_msg=str(options))
+
+
+def _temporaries(fn, *args) -> int:
+  return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_remat_checkpoint_recomputes_and_saves_memory_where_jax_checkpoint_does_not():
+  """The CPU compiler merges ``jax.checkpoint``'s recomputation back into the
+  forward pass; :func:`remat.checkpoint` must give the same gradient with
+  fewer temporaries than no remat at all (``memory_analysis`` is deterministic:
+  a compiled program's buffer sizes, not a timing)."""
+  from pe_spectral import remat
+
+  def layer(w, x):
+    for _ in range(4):
+      x = jnp.tanh(x @ w)
+    return x
+
+  def loss(ws, x, wrap):
+    for w in ws:
+      x = wrap(layer)(w, x)
+    return jnp.sum(x)
+
+  mine = lambda f: lambda w, x: remat.checkpoint(lambda d, _: f(*d))((w, x), None)
+  ws = [jnp.full((64, 64), 0.01) * (i + 1) for i in range(6)]
+  x = jnp.linspace(-1.0, 1.0, 1024 * 64).reshape(1024, 64)
+  plain = jax.grad(lambda ws, x: loss(ws, x, lambda f: f), argnums=(0, 1))
+  ours = jax.grad(lambda ws, x: loss(ws, x, mine), argnums=(0, 1))
+  for a, b in zip(jax.tree.leaves(jax.jit(ours)(ws, x)), jax.tree.leaves(plain(ws, x))):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert _temporaries(ours, ws, x) < 0.6 * _temporaries(plain, ws, x)
+
+
+def test_model_remat_keeps_fewer_temporaries():
+  cfg = ModelConfig(pe="rope", vocab_size=30, num_classes=30, d_model=16, num_heads=2,
+                    num_layers=4, d_ff=32, max_len=32)
+  ids = jnp.ones((16, 32), jnp.int32)
+
+  def grad_fn(c):
+    graphdef, params = init_model(c, jax.random.key(0))
+    f = jax.grad(lambda p: apply_model(graphdef, p, ids, dropout_key=jax.random.key(1)).sum())
+    return _temporaries(f, params)
+  base = grad_fn(cfg)
+  assert grad_fn(cfg.replace(remat=True)) < 0.6 * base
+  assert grad_fn(cfg.replace(attention_block=8)) < base
+
+
+def test_choose_seed_group_takes_the_widest_group_that_fits():
+  from pe_spectral.train import choose_seed_group
+  needs = lambda g: 10 + 3 * g  # bytes grow with the group
+  assert choose_seed_group(8, needs, 10 ** 6) == (8, {8: 34})
+  g, measured = choose_seed_group(8, needs, 23)
+  assert g == 4 and list(measured) == [8, 4]  # widest first; stops at the first fit
+  assert choose_seed_group(6, needs, 20)[0] == 3  # divisors of 6 only: 6, 3
+  g, measured = choose_seed_group(8, needs, 5)  # nothing fits: one at a time
+  assert g == 1 and list(measured) == [8, 4, 2, 1]
+  with pytest.raises(ValueError):
+    choose_seed_group(0, needs, 5)
+
+
+def test_auto_seed_group_follows_the_compiled_programs_memory():
+  """Against the bytes of the very programs it compiles: a limit between what
+  2 and 4 vmapped seeds need picks 2."""
+  from pe_spectral import config as configs
+  from pe_spectral.train import auto_seed_group, group_bytes
+  rc = configs.build("smoke", "distance", "rope")
+  n = rc.task.num_train
+  size = lambda g: group_bytes(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
+                               seed_group=None if g == 4 else g)  # cached: compiled once
+  two, four = size(2), size(4)
+  assert two < four
+  notes = []
+  got = auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
+                        limit_bytes=(two + four) // 2, margin=1.0, notify=notes.append)
+  assert got == 2 and "4 seeds, 2 at a time" in notes[0]
+  assert auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
+                         limit_bytes=four, margin=1.0) is None  # all fit: one vmap
