@@ -194,7 +194,8 @@ def blockwise_attention(q, k, v, *, bias=None, factor=None, mask=None, dropout_k
   key is seen at once (exact row softmax, no online rescaling): the tasks'
   sequences are short, and memory is dominated by the number of query rows.
   ``q_len`` need not be a multiple of ``query_block`` (the last block is padded
-  and its extra rows dropped)."""
+  and its extra rows dropped). Outside differentiation (evaluation) it runs
+  the standard one-shot forward: nothing has to be kept then."""
   if int(query_block) < 1:
     raise ValueError(f"query_block must be >= 1, got {query_block}")
   return _blockwise(q, k, v, bias, factor, mask, dropout_key, float(scale),
@@ -256,7 +257,11 @@ def _blockwise_prepare(q, bias, factor, mask, block):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
 def _blockwise(q, k, v, bias, factor, mask, key, scale, rate, block):
-  return _blockwise_fwd(q, k, v, bias, factor, mask, key, scale, rate, block)[0]
+  # Not differentiated (evaluation): nothing is kept for a backward pass, and
+  # the one-shot kernel needs less memory than the blocks' loop on XLA:CPU
+  # (benchmarks/README.md) and gives the standard kernel's very numbers.
+  del block
+  return _attend_fwd(q, k, v, bias, factor, mask, key, scale, rate)[0]
 
 
 def _blockwise_fwd(q, k, v, bias, factor, mask, key, scale, rate, block):

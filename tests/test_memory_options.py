@@ -72,8 +72,11 @@ def test_blockwise_kernel_equals_standard_kernel_and_autodiff(bias_shape, factor
 
 def test_blockwise_forward_matches_a_float64_loop_without_dropout():
   q, k, v, bias, fac, mask = _operands(bias_shape=(3, 10, 10), factor=True)
-  got = blockwise_attention(q, k, v, bias=bias, factor=fac, mask=mask, scale=0.5,
-                            query_block=4)
+  # under differentiation (the blocks' loop) and outside it (the one-shot forward)
+  fn = lambda q: blockwise_attention(q, k, v, bias=bias, factor=fac, mask=mask, scale=0.5,
+                                     query_block=4)
+  got, _ = jax.vjp(fn, q)
+  np.testing.assert_allclose(fn(q), got, atol=2e-6)
   q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
   want = np.zeros(got.shape)
   for bi in range(q.shape[0]):
