@@ -8,7 +8,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
-           "launch/lengths_cpu.sh", "launch/thesis_cpu.sh"]
+           "launch/lengths_cpu.sh", "launch/thesis_cpu.sh", "launch/gpu_check.sh"]
 
 
 def _run(*args):
@@ -32,6 +32,16 @@ def test_gpu_dry_run():
   assert out.returncode == 0, out.stderr
   assert out.stdout.strip() == ("python -m experiments.sweep --preset=paper "
                                 "--task=distance --pe=rope,nope --seeds=8 --epochs=5")
+
+
+def test_gpu_check_dry_run_writes_nothing():
+  out = _run("launch/gpu_check.sh", "--dry_run", "/tmp/never-written.log")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 2
+  assert any("--seed_group=auto" in ln for ln in lines)
+  assert all(ln.startswith(("timeout ", "python", "nvidia-smi", "done:")) for ln in lines)
+  assert not os.path.exists("/tmp/never-written.log")
 
 
 def test_tpu_dry_run():
