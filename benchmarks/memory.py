@@ -40,6 +40,8 @@ def _define_flags() -> None:
   flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
   flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
   flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
+  flags.DEFINE_integer("mask_chunk", 0, "The ablation's masks per vmapped batch (0: all of "
+                       "a layer's at once, as experiments.ablate's default).")
   flags.DEFINE_list("attention_block", ["0"], "Attention kernels: 0 = the standard one, "
                     "N = the blockwise one with N query rows per block.")
   flags.DEFINE_list("remat", ["false"], "Per-block rematerialisation: false, true or both.")
@@ -82,7 +84,8 @@ def analysis(compiled) -> dict:
           "code": get("generated_code_size_in_bytes")}
 
 
-def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_examples: int):
+def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_examples: int,
+             mask_chunk: int = 0):
   """``{name: compiled}`` for one configuration, from shapes only."""
   import jax
   import jax.numpy as jnp
@@ -104,7 +107,7 @@ def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_exa
   if ablation:
     cfg = rc.model
     masks = abl.head_masks(cfg.num_layers, cfg.num_heads)
-    fn = abl._compile_all_seeds(tr, masks, "head", None, "shared")
+    fn = abl._compile_all_seeds(tr, masks, "head", mask_chunk or None, "shared")
     out["ablation (all heads)"] = fn.lower(states["params"], eval_ids, eval_labels).compile()
   return tr, out
 
@@ -151,7 +154,7 @@ def main(argv):
     print(f"# compiling {seeds} seeds, group {g or 'all'}, {kernel} attention, "
           f"remat {'on' if remat else 'off'} ...", file=sys.stderr, flush=True)
     tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
-                         eval_examples=FLAGS.eval_examples)
+                         eval_examples=FLAGS.eval_examples, mask_chunk=FLAGS.mask_chunk)
     peak = _measured_peak(tr, rc, seeds) if jax.default_backend() == "gpu" else None
     per_step = _time_chunk(tr, rc, seeds, FLAGS.time_reps) if FLAGS.time_reps else None
     for name, compiled in progs.items():

@@ -36,6 +36,10 @@ flags.DEFINE_bool("leak", False, "Reproduce the paper's leak (head H-1 of finish
                   "layers stays zeroed).")
 flags.DEFINE_integer("mask_chunk", None, "Masks per vmapped batch (memory; default: all "
                      "of a layer's head masks, 2 frequency masks).")
+flags.DEFINE_integer("seed_group", None, "Memory: vmap this many seeds at a time, the groups "
+                     "one after another in the same program (default: all at once). At the "
+                     "paper preset --seed_group=1 --mask_chunk=1 needs about 6 GiB per "
+                     "program (benchmarks/README.md).")
 flags.DEFINE_bool("frequencies", False,
                   "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
                   "write ablation-freq.json + a heads x frequencies heatmap per seed "
@@ -74,6 +78,9 @@ def main(argv):
   if FLAGS.examples is not None and FLAGS.examples < 1:
     print("error: --examples must be >= 1", file=sys.stderr)
     return 2
+  if FLAGS.seed_group is not None and FLAGS.seed_group < 1:
+    print("error: --seed_group must be >= 1", file=sys.stderr)
+    return 2
   if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
     print("error: --mask_chunk must be >= 1", file=sys.stderr)
     return 2
@@ -85,9 +92,13 @@ def analyse(wd: str) -> int:
   from pe_spectral import ablation, plotting, runner, stats
   t0 = time.time()
   try:
-    config, rc, trainer, states, data, step = runner.load_run(wd)
+    config, rc, trainer, states, data, step = runner.load_run(wd, seed_group=FLAGS.seed_group)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
+    return 2
+  if FLAGS.seed_group and len(config["seeds"]) % FLAGS.seed_group:
+    print(f"error: --seed_group {FLAGS.seed_group} must divide the run's "
+          f"{len(config['seeds'])} seeds", file=sys.stderr)
     return 2
   ids, labels = data.test_ids, data.test_labels
   if FLAGS.split == "all":

@@ -138,7 +138,10 @@ def _compile_all_seeds(trainer, masks, kind, mask_chunk, method):
   else:
     per_seed = lambda p, ids, labels: _masked_accuracies(
         trainer, p, ids, labels, masks, mask_chunk, kind)
-  return jax.jit(jax.vmap(per_seed, in_axes=(0, None, None)))
+  all_seeds = jax.vmap(per_seed, in_axes=(0, None, None))
+  # seeds vmapped ``trainer.seed_group`` at a time, like its training and evaluation
+  return jax.jit(lambda p, ids, labels: trainer.by_seed_group(
+      lambda q: all_seeds(q, ids, labels), p))
 
 
 def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",

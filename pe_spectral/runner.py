@@ -395,7 +395,8 @@ class LoadedRun(NamedTuple):
   step: int           # the checkpoint's step
 
 
-def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr) -> LoadedRun:
+def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
+             seed_group: Optional[int] = None) -> LoadedRun:
   """Reloads a trained run as a :class:`LoadedRun` (config, rc, trainer,
   states, data, step).
 
@@ -404,7 +405,8 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr) -> Lo
   checksum; ``Checkpointer.restore_verified``). One line goes to ``notify``:
   the step analysed, any skipped newer checkpoint, and a warning when the run
   is still training or has not finished. With no usable checkpoint,
-  :class:`CheckpointError`.
+  :class:`CheckpointError`. ``seed_group``: the trainer's (its evaluation and
+  the ablation vmap that many seeds at a time; a memory option, single device).
   """
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
@@ -412,8 +414,9 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr) -> Lo
   rc = RunConfig.from_dict(config["run"])
   data = tasks.generate(rc.task)
   seeds = config["seeds"]
+  mesh = seed_mesh(len(seeds))
   trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                    mesh=seed_mesh(len(seeds)))
+                    mesh=mesh, seed_group=seed_group if mesh is None else None)
   if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
     raise CheckpointError(f"no checkpoint under {workdir}/ckpt")
   ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=trainer.fetch)

@@ -330,7 +330,7 @@ class Trainer:
     # on XLA:CPU a wide vmap turns every dense matmul into a slower batched
     # dot, and one seed's step is already compute-bound (benchmarks/README.md);
     # on an accelerator, groups bound the memory (auto_seed_group).
-    return self._by_seed_group(run, (states, keys))
+    return self.by_seed_group(run, (states, keys))
 
   @staticmethod
   def _finite_impl(states):
@@ -392,9 +392,9 @@ class Trainer:
 
   def _eval_impl(self, params, ids, labels):
     run = lambda p: jax.vmap(self.evaluate_params, in_axes=(0, None, None))(p, ids, labels)
-    return self._by_seed_group(run, params)
+    return self.by_seed_group(run, params)
 
-  def _by_seed_group(self, run, tree):
+  def by_seed_group(self, run, tree):
     """``run(tree)`` over the leading seed axis, ``seed_group`` seeds vmapped at
     a time and the groups one after another (``lax.map``); all at once without
     a group."""

@@ -34,12 +34,19 @@ def test_ablate_heads_equals_python_loop(trained):
   assert np.abs(res["ablated"] - res["baseline"][:, None, None]).max() > 0
 
 
-def test_chunked_masks_and_keep_only(trained):
+def test_chunked_masks_seed_groups_and_keep_only(trained):
   tr, states, data = trained
   a = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels)
   b = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels,
                             mask_chunk=3)
   np.testing.assert_allclose(a["ablated"], b["ablated"], atol=1e-6)
+  # one seed at a time (the memory option): each seed's own numbers
+  one = train.Trainer(tr.model_cfg, tr.task_cfg, tr.train_cfg, num_train=tr.num_train,
+                      seed_group=1)
+  c = ablation.ablate_heads(one, states["params"], data.test_ids, data.test_labels,
+                            mask_chunk=1)
+  np.testing.assert_allclose(c["ablated"], a["ablated"], atol=1e-6)
+  np.testing.assert_allclose(c["baseline"], a["baseline"], atol=1e-6)
   k = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels,
                             mode="keep_only")
   # With 2 heads, "keep only head 0" == "ablate head 1".
@@ -106,6 +113,9 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   # the restored checkpoint reproduces the sweep's final test accuracy
   assert res["baseline"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
   assert os.path.getsize(os.path.join(wd, "ablation.png")) > 1000
+  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
+                        "--seed_group=3"], capture_output=True, text=True)
+  assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
                         f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
   assert bad.returncode == 2 and "error:" in bad.stderr
