@@ -638,7 +638,8 @@ def _thesis_table(truns: dict) -> list[str]:
   from pe_spectral import stats, thesis
   lines = [
       "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
-      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | loss spikes (total) |",
+      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | loss spikes (total; "
+      f"of them above loss {thesis.SPIKE_FLOOR_SENSITIVITY:g}) |",
       "|---|---|---|---|---|---|---|---|"]
   e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
   for pe, r in truns.items():
@@ -653,7 +654,8 @@ def _thesis_table(truns: dict) -> list[str]:
                  f"{sum(per)}/{len(per)} | {ratios} | "
                  f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
                  f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
-                 f"{int(thesis.spike_counts(r).sum())} |")
+                 f"{int(thesis.spike_counts(r).sum())} "
+                 f"({int(thesis.spike_counts(r, thesis.SPIKE_FLOOR_SENSITIVITY).sum())}) |")
   return lines
 
 

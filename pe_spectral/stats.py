@@ -163,13 +163,16 @@ SPIKE_WINDOW, SPIKE_RATIO, SPIKE_MADS = 20, 1.5, 6.0
 
 
 def loss_spikes(losses, *, skip: int = 0, window: int = SPIKE_WINDOW,
-                ratio: float = SPIKE_RATIO, mads: float = SPIKE_MADS) -> np.ndarray:
+                ratio: float = SPIKE_RATIO, mads: float = SPIKE_MADS,
+                floor: float = 0.0) -> np.ndarray:
   """Indices of loss spikes in one seed's per-step losses ``[steps]``.
 
   Step ``t >= max(skip, window)`` is a spike when ``loss[t] > ratio * med``
   and ``loss[t] > med + mads * 1.4826 * MAD``, where ``med`` and ``MAD`` are
   the median and median absolute deviation of ``loss[t-window:t]``. ``skip``:
-  steps not judged (the warm-up).
+  steps not judged (the warm-up). ``floor``: a spike must also exceed this
+  absolute loss (0, the pre-registered rule, counts any relative jump, which
+  near zero loss is one misclassified example: RESULTS.md's notes).
   """
   x = np.asarray(losses, np.float64)
   if x.ndim != 1:
@@ -181,7 +184,7 @@ def loss_spikes(losses, *, skip: int = 0, window: int = SPIKE_WINDOW,
     prev = x[t - window:t]
     med = np.median(prev)
     mad = np.median(np.abs(prev - med))
-    if x[t] > ratio * med and x[t] > med + mads * 1.4826 * mad:
+    if x[t] > ratio * med and x[t] > med + mads * 1.4826 * mad and x[t] > floor:
       out.append(t)
   return np.asarray(out, np.int64)
 

@@ -127,6 +127,12 @@ def test_spike_counts_and_examples_to_threshold():
   assert len(stats.loss_spikes(x, skip=0)) == 0  # before a full window
   x[30] = 9.0
   assert list(stats.loss_spikes(x, skip=31)) == [] and list(stats.loss_spikes(x)) == [30]
+  # near zero loss a relative jump counts under the pre-registered rule (floor 0);
+  # the sensitivity floor keeps only jumps above an absolute loss
+  tiny = np.full(60, 0.003)
+  tiny[40], tiny[50] = 0.02, 0.5
+  assert list(stats.loss_spikes(tiny)) == [40, 50]
+  assert list(stats.loss_spikes(tiny, floor=0.1)) == [50]
 
 
 def test_claim_f2_dose_response():
