@@ -138,7 +138,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
                             seed_group=g)
     measure(f"{seeds} in groups of {g}", grouped.seed_keys(list(range(seeds))), tr=grouped)
   rows["flops_per_step"] = flops
-  rows["chunk_traces"] = tr.chunk_traces
+  rows["chunk_traces"] = tr.compiled_chunks()
   rows["batch"] = batch
   rows["model"] = dataclasses.asdict(rc.model)
   return rows

@@ -196,12 +196,13 @@ class Trainer:
     self.seed_group = seed_group
     self.mesh = mesh
     chunk = self._chunk_impl
+    # No counter inside the traced function: ``compiled_chunks`` asks jit's own
+    # cache, and tests bound the traces with chex (``max_chunk_traces``).
     if max_chunk_traces is not None:  # proves one program per chunk length
       chunk = chex.assert_max_traces(chunk, n=max_chunk_traces)
     self._chunk = jax.jit(chunk, static_argnames="num_steps",
                           donate_argnums=(0,))
     self._eval = jax.jit(self._eval_impl)
-    self.chunk_traces = 0  # times the training chunk was traced (compiled)
     self._memo: dict = {}
     self._init = jax.jit(jax.vmap(self.init_one))
     self._finite = jax.jit(self._finite_impl)
@@ -323,7 +324,6 @@ class Trainer:
     return jax.lax.scan(body, state, None, length=num_steps)
 
   def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
-    self.chunk_traces += 1  # Python side effect: runs once per trace
     run = lambda a: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
         *a, train_ids, train_labels, num_steps)
     # Groups of g vmapped seeds, one group after another in the same program:
@@ -343,6 +343,11 @@ class Trainer:
     """``bool [seeds]``: every parameter and optimiser-state value of the seed is
     finite (one reduction on device; checked before a checkpoint is saved)."""
     return self._finite(states)
+
+  def compiled_chunks(self) -> int:
+    """Programs compiled for the training chunk so far (one per seed count
+    and chunk length): the size of jit's cache."""
+    return self._chunk._cache_size()
 
   def train_chunk(self, states, keys, train_ids, train_labels, num_steps: int):
     """Runs ``num_steps`` steps for every seed. Returns (states, losses ``[seeds, K]``).

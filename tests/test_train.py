@@ -146,6 +146,7 @@ def test_one_compiled_program_for_all_seeds_and_chunks():
     states, _ = tr.train_chunk(states, keys, data.train_ids, data.train_labels, 5)
   other = tr.seed_keys([10, 11, 12, 13])  # other seed values, same program
   tr.train_chunk(tr.init(other), other, data.train_ids, data.train_labels, 5)
+  assert tr.compiled_chunks() == 1
   with pytest.raises(AssertionError):  # a new chunk length is a second trace
     tr.train_chunk(states, keys, data.train_ids, data.train_labels, 4)
 
