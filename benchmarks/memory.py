@@ -87,28 +87,19 @@ def analysis(compiled) -> dict:
 def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_examples: int,
              mask_chunk: int = 0):
   """``{name: compiled}`` for one configuration, from shapes only."""
-  import jax
-  import jax.numpy as jnp
   from pe_spectral import ablation as abl
-  from pe_spectral.train import Trainer
+  from pe_spectral import train
   num_train = rc.task.num_train
-  tr = Trainer(rc.model, rc.task, rc.train, num_train=num_train, seed_group=seed_group)
-  states = tr.abstract_state(seeds)
-  keys = jax.ShapeDtypeStruct((seeds,), jnp.uint32)
-  L = rc.task.max_len
-  train_ids = jax.ShapeDtypeStruct((num_train, L), jnp.int32)
-  train_labels = jax.ShapeDtypeStruct((num_train,), jnp.int32)
+  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=num_train, seed_group=seed_group)
   n_eval = eval_examples or (rc.task.num_examples - num_train)
-  eval_ids = jax.ShapeDtypeStruct((n_eval, L), jnp.int32)
-  eval_labels = jax.ShapeDtypeStruct((n_eval,), jnp.int32)
-  out = {"train chunk": tr._chunk.lower(states, keys, train_ids, train_labels,
-                                        num_steps=steps).compile(),
-         "evaluation": tr._eval.lower(states["params"], eval_ids, eval_labels).compile()}
+  out = {"train chunk": train.compile_chunk(tr, seeds, steps=steps),
+         "evaluation": train.compile_eval(tr, seeds, n_eval)}
   if ablation:
     cfg = rc.model
     masks = abl.head_masks(cfg.num_layers, cfg.num_heads)
     fn = abl._compile_all_seeds(tr, masks, "head", mask_chunk or None, "shared")
-    out["ablation (all heads)"] = fn.lower(states["params"], eval_ids, eval_labels).compile()
+    out["ablation (all heads)"] = fn.lower(tr.abstract_state(seeds)["params"],
+                                           *train.data_shapes(tr, n_eval)).compile()
   return tr, out
 
 
@@ -155,8 +146,9 @@ def main(argv):
           f"remat {'on' if remat else 'off'} ...", file=sys.stderr, flush=True)
     tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
                          eval_examples=FLAGS.eval_examples, mask_chunk=FLAGS.mask_chunk)
-    peak = _measured_peak(tr, rc, seeds) if jax.default_backend() == "gpu" else None
-    per_step = _time_chunk(tr, rc, seeds, FLAGS.time_reps) if FLAGS.time_reps else None
+    per_step = peak = None
+    if FLAGS.time_reps or jax.default_backend() == "gpu":  # runs it (a GPU: for its peak)
+      per_step, peak = _run_chunks(tr, rc, seeds, FLAGS.time_reps)
     for name, compiled in progs.items():
       a = analysis(compiled)
       pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
@@ -168,38 +160,28 @@ def main(argv):
   return 0
 
 
-def _time_chunk(tr, rc, seeds: int, reps: int) -> float:
-  """Best wall seconds per training step over ``reps`` chunks of ``FLAGS.steps``
-  steps, after one warm-up chunk (which compiles)."""
+def _run_chunks(tr, rc, seeds: int, reps: int):
+  """Runs the training chunk (``FLAGS.steps`` steps) on real data: once, then
+  ``reps`` more times. ``(best seconds per step over the timed chunks or None,
+  the device's peak bytes or None)``; the first chunk compiles and is not timed.
+  The peak is the process's running maximum (``memory_stats``, GPU/TPU only)."""
   import time
   import jax
   from pe_spectral import tasks
   data = tasks.generate(rc.task)
   keys = tr.seed_keys(list(range(seeds)))
   states = tr.init(keys)
-  best = float("inf")
+  best = None
   for i in range(reps + 1):
     t0 = time.perf_counter()
     states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels,
                                     FLAGS.steps)
     jax.block_until_ready(losses)
-    if i:  # the first chunk compiles
-      best = min(best, (time.perf_counter() - t0) / FLAGS.steps)
-  return best
-
-
-def _measured_peak(tr, rc, seeds: int):
-  """Runs one chunk of ``FLAGS.steps`` steps on real data; the device's peak."""
-  import jax
-  from pe_spectral import tasks
-  data = tasks.generate(rc.task)
-  keys = tr.seed_keys(list(range(seeds)))
-  states = tr.init(keys)
-  states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels,
-                                  FLAGS.steps)
-  jax.block_until_ready(losses)
-  stats = jax.devices()[0].memory_stats() or {}
-  return stats.get("peak_bytes_in_use")
+    if i:
+      per_step = (time.perf_counter() - t0) / FLAGS.steps
+      best = per_step if best is None else min(best, per_step)
+  stats = (jax.devices()[0].memory_stats() or {}) if jax.default_backend() != "cpu" else {}
+  return best, stats.get("peak_bytes_in_use")
 
 
 if __name__ == "__main__":

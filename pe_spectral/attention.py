@@ -20,9 +20,8 @@ from jax import lax
 
 from pe_spectral import positional, rng, speed
 
-__all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout", "torch_linear_init",
-           "torch_linear", "MultiHeadAttention",
-           "LatentAttention"]
+__all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout",
+           "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
 # keys are all masked (such a row attends uniformly, and callers never pool it).
@@ -37,7 +36,12 @@ def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
     keep = rng.bernoulli(key, 1.0 - rate, x.shape)  # == jax.random.bernoulli, faster
   else:
     keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+  return _drop(x, keep, rate)
+
+
+def _drop(x, keep, rate):
+  """Inverted dropout by a given ``keep`` mask (None: identity)."""
+  return x if keep is None else jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
 
 
 def attention_logits(q: jax.Array, k: jax.Array, *,
@@ -239,10 +243,6 @@ def _block_keep(key, rate, full_shape, i, block):
   if key is None or rate == 0.0:
     return None
   return rng.bernoulli_rows(key, 1.0 - rate, full_shape, 2, i * block, block)
-
-
-def _drop(x, keep, rate):
-  return x if keep is None else jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
 
 
 def _blockwise_prepare(q, bias, factor, mask, block):

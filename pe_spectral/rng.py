@@ -82,11 +82,7 @@ def random_bits32(key: jax.Array, shape, *, full_shape=None, axis: int = 0,
   kd = _raw_key(key)
   if kd is None or not _exact_possible(full):
     bits = jax.random.bits(key, full, jnp.uint32)
-    if full_shape is None:
-      return bits
-    pad = [(0, 0)] * len(full)
-    pad[axis] = (0, shape[axis])  # rows past the end stay addressable
-    return lax.dynamic_slice_in_dim(jnp.pad(bits, pad), start, shape[axis], axis)
+    return bits if full_shape is None else _rows_of(bits, axis, start, shape[axis])
   lo = jnp.zeros(shape, jnp.uint32)
   stride = 1
   for d in reversed(range(len(shape))):
@@ -97,6 +93,14 @@ def random_bits32(key: jax.Array, shape, *, full_shape=None, axis: int = 0,
     stride *= full[d]
   y0, y1 = threefry2x32(kd[0], kd[1], jnp.zeros(shape, jnp.uint32), lo)
   return y0 ^ y1
+
+
+def _rows_of(whole: jax.Array, axis: int, start, size: int) -> jax.Array:
+  """``whole[start : start + size]`` along ``axis`` (``start`` may be traced);
+  rows past the end read padding."""
+  pad = [(0, 0)] * whole.ndim
+  pad[axis] = (0, size)  # rows past the end stay addressable
+  return lax.dynamic_slice_in_dim(jnp.pad(whole, pad), start, size, axis)
 
 
 def _uniform(bits: jax.Array) -> jax.Array:
@@ -127,9 +131,6 @@ def bernoulli_rows(key: jax.Array, p: float, full_shape, axis: int, start,
     raise TypeError(f"p must be a Python float, got {type(p).__name__}")
   if _raw_key(key) is None or not _exact_possible(full_shape):
     # jax.random.bernoulli's own bits, then the slice (memory of the whole mask)
-    full = jax.random.bernoulli(key, p, full_shape)
-    pad = [(0, 0)] * len(full_shape)
-    pad[axis] = (0, int(size))
-    return lax.dynamic_slice_in_dim(jnp.pad(full, pad), start, int(size), axis)
+    return _rows_of(jax.random.bernoulli(key, p, full_shape), axis, start, int(size))
   bits = random_bits32(key, shape, full_shape=full_shape, axis=axis, start=start)
   return _uniform(bits) < np.float32(p)

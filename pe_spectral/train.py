@@ -37,7 +37,8 @@ from pe_spectral import model as model_lib
 from pe_spectral.tasks import TaskConfig
 
 __all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Trainer",
-           "chunk_bytes", "eval_bytes", "group_bytes", "choose_seed_group", "device_memory_limit", "auto_seed_group",
+           "data_shapes", "compile_chunk", "compile_eval", "chunk_bytes", "eval_bytes",
+           "group_bytes", "choose_seed_group", "device_memory_limit", "auto_seed_group",
            "seed_mesh"]
 
 
@@ -428,28 +429,43 @@ class Trainer:
 # Automatic seed groups: the widest vmap whose training chunk fits the device.
 # ----------------------------------------------------------------------------
 
-def chunk_bytes(trainer: "Trainer", num_seeds: int, *, steps: int = 2) -> int:
-  """Bytes the compiled training chunk needs for ``num_seeds`` seeds (XLA's
-  ``memory_analysis``: temporaries plus arguments; compiled, never run).
-  The chunk's length hardly matters: its steps run in a ``lax.scan``."""
-  states = trainer.abstract_state(num_seeds)
+def data_shapes(trainer: "Trainer", num_examples: int):
+  """Shapes of ``num_examples`` token sequences and their labels."""
+  return (jax.ShapeDtypeStruct((num_examples, trainer.task_cfg.max_len), jnp.int32),
+          jax.ShapeDtypeStruct((num_examples,), jnp.int32))
+
+
+def compile_chunk(trainer: "Trainer", num_seeds: int, *, steps: int = 2):
+  """The training chunk for ``num_seeds`` seeds and ``steps`` steps, compiled
+  from shapes only (never run; e.g. for its ``memory_analysis()``)."""
   keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
-  n, length = trainer.num_train, trainer.task_cfg.max_len
-  ids = jax.ShapeDtypeStruct((n, length), jnp.int32)
-  labels = jax.ShapeDtypeStruct((n,), jnp.int32)
-  m = trainer._chunk.lower(states, keys, ids, labels, num_steps=steps).compile()
-  m = m.memory_analysis()
+  return trainer._chunk.lower(trainer.abstract_state(num_seeds), keys,
+                              *data_shapes(trainer, trainer.num_train),
+                              num_steps=steps).compile()
+
+
+def compile_eval(trainer: "Trainer", num_seeds: int, num_examples: int):
+  """The evaluation of ``num_examples`` examples, compiled from shapes only."""
+  params = trainer.abstract_state(num_seeds)["params"]
+  return trainer._eval.lower(params, *data_shapes(trainer, num_examples)).compile()
+
+
+def _needed_bytes(compiled) -> int:
+  """Temporaries plus arguments of a compiled program (XLA's ``memory_analysis``)."""
+  m = compiled.memory_analysis()
   return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+
+
+def chunk_bytes(trainer: "Trainer", num_seeds: int, *, steps: int = 2) -> int:
+  """Bytes the compiled training chunk needs for ``num_seeds`` seeds
+  (:func:`compile_chunk`). Its length hardly matters: the steps run in a
+  ``lax.scan``."""
+  return _needed_bytes(compile_chunk(trainer, num_seeds, steps=steps))
 
 
 def eval_bytes(trainer: "Trainer", num_seeds: int, num_examples: int) -> int:
-  """Bytes of the compiled evaluation of ``num_examples`` examples (as
-  :func:`chunk_bytes`)."""
-  params = trainer.abstract_state(num_seeds)["params"]
-  ids = jax.ShapeDtypeStruct((num_examples, trainer.task_cfg.max_len), jnp.int32)
-  labels = jax.ShapeDtypeStruct((num_examples,), jnp.int32)
-  m = trainer._eval.lower(params, ids, labels).compile().memory_analysis()
-  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+  """Bytes of the compiled evaluation of ``num_examples`` examples."""
+  return _needed_bytes(compile_eval(trainer, num_seeds, num_examples))
 
 
 @functools.lru_cache(maxsize=64)

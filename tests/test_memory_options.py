@@ -26,6 +26,11 @@ def test_bernoulli_rows_are_the_whole_masks_rows(start, size):
   assert got.shape == (2, 3, size, 7)
   n = min(size, full[2] - start)  # rows past the end are the caller's to drop
   np.testing.assert_array_equal(got[:, :, :n], whole[:, :, start:start + n])
+  # a key the straight-line hash does not cover: jax's own bits, sliced
+  rbg = jax.random.key(3, impl="rbg")
+  whole = np.asarray(jax.random.bernoulli(rbg, 0.7, full))
+  got = np.asarray(jax.jit(lambda s: rng.bernoulli_rows(rbg, 0.7, full, 2, s, size))(start))
+  np.testing.assert_array_equal(got[:, :, :n], whole[:, :, start:start + n])
 
 
 def _operands(b=2, n=10, h=3, d=4, bias_shape=None, factor=False):
