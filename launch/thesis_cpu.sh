@@ -9,18 +9,23 @@
 # A PE already there is skipped (FORCE=1 redoes it).
 # --long: the rotary pair's longer budget (32 epochs, seeds 0-4; the second
 # amendment in docs/study.md), in runs/thesis-32ep/ and results/thesis-32ep/.
-#   launch/thesis_cpu.sh [--long] [PE ...]   (default: the four, rotary pair first;
-#                                             with --long: rope_additive rope)
+# --longer: 64 epochs, seeds 0-4 (the third amendment), in runs/thesis-64ep/
+# and results/thesis-64ep/.
+#   launch/thesis_cpu.sh [--long|--longer] [PE ...]   (default: the four, rotary
+#                          pair first; with --long/--longer: rope_additive rope)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 long=""
-if [[ "${1:-}" == "--long" ]]; then long=1; shift; fi
+case "${1:-}" in
+  --long) long=32; shift ;;
+  --longer) long=64; shift ;;
+esac
 PES=("$@")
 if [[ ${#PES[@]} -eq 0 ]]; then
   if [[ -n "$long" ]]; then PES=(rope_additive rope); else PES=(rope_additive rope alibi_multiplicative alibi); fi
 fi
 name=thesis
-[[ -z "$long" ]] || name=thesis-32ep
+[[ -z "$long" ]] || name="thesis-${long}ep"
 for pe in "${PES[@]}"; do
   out="results/${name}/${pe}"
   if [[ -z "${FORCE:-}" && -f "$out/summary.json" ]]; then
@@ -28,7 +33,7 @@ for pe in "${PES[@]}"; do
     continue
   fi
   if [[ -n "$long" ]]; then
-    epochs=32 seeds=5
+    epochs="$long" seeds=5
   else
     case "$pe" in
       rope|rope_additive) epochs=16 seeds=8 ;;
