@@ -44,9 +44,10 @@ flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling."
 flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
                     "Directory of <run>/lengths*.json (experiments.lengths) to report.")
 flags.DEFINE_list("thesis", [os.path.join("results", "thesis"),
-                              os.path.join("results", "thesis-32ep")],
+                              os.path.join("results", "thesis-32ep"),
+                              os.path.join("results", "thesis-64ep")],
                   "Directories of the coupling study's <pe>/ runs, one per budget "
-                  "(launch/thesis_cpu.sh [--long]); each pair is judged at its longest "
+                  "(launch/thesis_cpu.sh [--long|--longer]); each pair is judged at its longest "
                   "budget (docs/study.md).")
 
 from pe_spectral.claims import (  # noqa: E402
@@ -599,6 +600,10 @@ def claim_g_of(runs) -> dict:
                         converged={pe: converged(r) for pe, r in found.items()})
 
 
+def _floor_txt(floor: float) -> str:
+  return f" (above loss {floor:g})" if floor else ""
+
+
 def thesis_claims(truns: dict, runs=()) -> list[dict]:
   """The verdict-table rows of (e), (f), (f2), (g)."""
   from pe_spectral import thesis
@@ -613,7 +618,7 @@ def thesis_claims(truns: dict, runs=()) -> list[dict]:
   for kernel, p in f["pairs"].items():
     fv.append(f"{kernel}: examples A − M {_ci_txt(p['examples']['mean'] / 1e3, p['examples']['lo'] / 1e3, p['examples']['hi'] / 1e3)} k; "
               f"peak sharpness A − M {_ci_txt(p['sharpness']['mean'], p['sharpness']['lo'], p['sharpness']['hi'], '{:+.0f}')}; "
-              f"spikes A − M {_ci_txt(p['spikes']['mean'], p['spikes']['lo'], p['spikes']['hi'])} → "
+              f"spikes{_floor_txt(p['spike_floor'])} A − M {_ci_txt(p['spikes']['mean'], p['spikes']['lo'], p['spikes']['hi'])} → "
               f"{p['verdict']}")
   rows.append(("f", "Optimisation: in each pair the multiplicative member reaches 90 % of its "
                "final accuracy with fewer examples, with lower peak preconditioned sharpness "

@@ -35,7 +35,7 @@ def _run(pe, coupling, *, ratio, speed, sharp=100.0, spikes=0, plateaued=8, seed
            {"step": 100, "first_step": 50, "loss": losses[:, 50:].tolist()}]
   per = [True] * plateaued + [False] * (seeds - plateaued)
   return {"summary": {"pe": pe, "seeds": list(range(seeds)), "plateau": {"per_seed": per}},
-          "config": {"run": {"train": {"warmup_frac": 0.1}}, "total_steps": 100},
+          "config": {"run": {"train": {"warmup_frac": 0.1, "epochs": 8}}, "total_steps": 100},
           "metrics": metrics, "steps": steps, "spectra": spectra, "curvature": curvature,
           "coupling": coupling}
 
@@ -133,6 +133,33 @@ def test_spike_counts_and_examples_to_threshold():
   tiny[40], tiny[50] = 0.02, 0.5
   assert list(stats.loss_spikes(tiny)) == [40, 50]
   assert list(stats.loss_spikes(tiny, floor=0.1)) == [50]
+
+
+def test_spike_floor_is_in_force_only_for_pairs_judged_at_64_epochs():
+  # rope_additive has 3 spikes of loss 5 on a loss-1 baseline; rope has 4 small
+  # relative jumps near zero loss, which count only without the floor
+  def tiny(run, jumps):
+    steps = []
+    for row in run["steps"]:
+      loss = np.full_like(np.asarray(row["loss"]), 0.003)
+      steps.append(dict(row, loss=loss))
+    for s in range(len(run["summary"]["seeds"])):
+      for t in range(jumps):
+        steps[0]["loss"][s, 25 + 5 * t] = 0.02
+    return dict(run, steps=steps)
+  four = _four(rope=tiny(_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200), 4),
+               rope_additive=_run("rope_additive", "additive", ratio=1.2, speed=5, sharp=90,
+                                  spikes=3))
+  short = thesis.claim_f(four)["pairs"]["rotary"]
+  assert short["spike_floor"] == 0.0 and short["spikes"]["mean"] == pytest.approx(-1.0)
+  assert short["verdict"] == "refuted"  # sharper and (by the old count) spikier
+  long = {pe: _with_budget(r, 64) for pe, r in four.items()}
+  rot = thesis.claim_f(long)["pairs"]["rotary"]
+  assert rot["spike_floor"] == 0.1 and rot["spikes"]["mean"] == pytest.approx(3.0)
+  assert rot["verdict"] == "reproduced"
+  # one member short of 64 epochs: the pair keeps the registered rule without floor
+  mixed = dict(long, rope=four["rope"])
+  assert thesis.claim_f(mixed)["pairs"]["rotary"]["spike_floor"] == 0.0
 
 
 def test_claim_f2_dose_response():
