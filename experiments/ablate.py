@@ -121,7 +121,8 @@ def analyse(wd: str) -> int:
   out = {
       "workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
       "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
-      "rope_heads": rc.model.rope_heads, "seeds": config["seeds"],
+      "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
+                     else None), "seeds": config["seeds"],
       "mode": FLAGS.mode, "leak": FLAGS.leak, "split": FLAGS.split,
       "num_examples": int(ids.shape[0]),
       "baseline": res["baseline"].tolist(),

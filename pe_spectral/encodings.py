@@ -58,6 +58,10 @@ class PositionalEncoding:
     options: ``ModelConfig`` fields only this PE uses; setting one of the
       optional ones (``model.PE_OPTIONS``) for another PE is an error, and the
       sweep routes its flags (``--rope_heads``, ``--alibi_slopes``) by them.
+    reads: the other PE-scoped ``ModelConfig`` fields (``model.PE_SCOPED``)
+      this PE reads, e.g. ``rope_base``; with ``options`` they make
+      :attr:`config_fields`, and a run's ``config.json`` records no other
+      scoped field.
     spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
     takes_positions: ``input_table`` and ``bias`` accept ``positions=`` (an
       int ``[seq]`` array, given only when they are not ``0..seq-1``), so the
@@ -70,6 +74,7 @@ class PositionalEncoding:
   # trained with randomized positions (``ModelConfig.random_positions``)
   takes_positions: bool = False
   options: tuple[str, ...] = ()
+  reads: tuple[str, ...] = ()
   spectral_note: str = ""
   # How position couples with content in the logits, declared: "multiplicative"
   # (a Hadamard product with a PSD unit-diagonal Toeplitz matrix: Schur
@@ -78,6 +83,11 @@ class PositionalEncoding:
   coupling: str = ""
 
   # --- what it is ---------------------------------------------------------
+  @property
+  def config_fields(self) -> tuple[str, ...]:
+    """The PE-scoped ``ModelConfig`` fields that apply to this PE."""
+    return tuple(dict.fromkeys(self.options + self.reads))
+
   @property
   def kinds(self) -> tuple[str, ...]:
     """The ways this PE enters attention, e.g. ``("input", "rotary")``."""
@@ -226,6 +236,7 @@ class Sinusoidal(PositionalEncoding):
   name = "sinusoidal"
   description = "fixed sinusoid added to the input (paper: absolute)"
   toeplitz_label = "Gram P Pᵀ of the input table"
+  reads = ("rope_base",)
 
   takes_positions = True
 
@@ -268,6 +279,7 @@ class Relative(PositionalEncoding):
   description = ("learned per-layer per-head scalar bias per clipped offset "
                  "(T5 log-buckets optional)")
   toeplitz_label = "symmetric part of the bias"
+  reads = ("relative_buckets", "relative_max_distance")
 
   def layer_params(self, cfg, next_key):
     rows = (cfg.relative_buckets if cfg.relative_buckets is not None
@@ -387,6 +399,10 @@ class Fire(PositionalEncoding):
     return P.fire_coeffs(params, seq_len)
 
 
+# The eval-time rotary context extension's fields (ModelConfig.rope_scaling_spec).
+_ROPE_SCALING = ("rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
+
+
 class Rotary(PositionalEncoding):
   """RoPE on ``rotary_heads`` heads (all of them unless partial)."""
   toeplitz_label = "Re of one frequency's phase matrix (θ_1)"
@@ -400,6 +416,7 @@ class Rotary(PositionalEncoding):
     self.input_sinusoid = input_sinusoid
     self.options = (("rope_fraction",) if fraction_option else ()) + (
         ("rope_heads",) if partial else ())
+    self.reads = ("rope_base",) + _ROPE_SCALING
     # the input sinusoid adds absolute terms: neither pure form
     self.coupling = "" if input_sinusoid else "multiplicative"
 
@@ -484,6 +501,8 @@ class MLA(PositionalEncoding):
   description = "DeepSeek-style multi-head latent attention with decoupled RoPE"
   latent_attention = True
   kinds = ("rotary",)
+  reads = ("mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
+           "rope_base") + _ROPE_SCALING
   spectral_note = ("faithful mode: the paper's MLA transform is not a rotation (its sines and "
                    "cosines come from different frequencies), so it has no phase matrix")
   toeplitz_label = "Re of one frequency's phase matrix (θ_1) of the rotary channel"
@@ -558,6 +577,7 @@ class RopeAdditive(PositionalEncoding):
   at the same scale as RoPE's logits do at init.
   """
   name = "rope_additive"
+  reads = ("rope_base",)
   description = ("RoPE's cosines as an additive bias: sum_k w_hk cos((i-j) θ_k), "
                  "learned per-layer per-head w (the additive twin of rope)")
   coupling = "additive"

@@ -267,12 +267,25 @@ class ModelConfig:
     return dataclasses.replace(self, **kw)
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    """The fields that apply to this PE: every shared field, and of the
+    PE-scoped ones (:data:`PE_SCOPED`) only the PE's own
+    (``encoding.config_fields``). What ``config.json`` records;
+    ``ModelConfig(**d)`` rebuilds a config that computes the same model."""
+    own = set(self.encoding.config_fields)
+    return {k: v for k, v in dataclasses.asdict(self).items()
+            if k not in PE_SCOPED or k in own}
 
 
 # ModelConfig fields that belong to one PE (its ``options``).
 PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base",
               "alibi_slopes", "cope_positions")
+# Every field that applies to some PEs only: the options and what PEs read
+# (``PositionalEncoding.reads``). The rest (sizes, dropout, mode, memory
+# options, random positions) applies to every run.
+PE_SCOPED = PE_OPTIONS + (
+    "rope_heads", "rope_base", "relative_buckets", "relative_max_distance",
+    "mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
+    "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
 
 
 def _drawn(positions) -> bool:

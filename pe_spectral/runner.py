@@ -2,7 +2,8 @@
 
 Workdir layout (everything a table or plot shows is read from these files):
 
-* ``config.json``   -- the full configuration (model, task, train, seeds, eval_every);
+* ``config.json``   -- the configuration (model, task, train, seeds, eval_every;
+  only the model and task fields that apply to the run's PE and task);
 * ``metrics.jsonl`` -- one JSON object per evaluation: step, examples seen
   (per seed), per-seed values;
 * ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state,

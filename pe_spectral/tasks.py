@@ -27,6 +27,11 @@ TASKS = ("distance", "count")
 _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 
 
+# The fields only one task reads (the rest apply to both).
+DISTANCE_FIELDS = ("side_min", "side_max", "mid_min", "mid_max")
+COUNT_FIELDS = ("num_triggers", "count_max")
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
   """Every knob of a task. Defaults are the paper's Task 1 (``distance``)."""
@@ -94,7 +99,11 @@ class TaskConfig:
     return dataclasses.replace(self, **kw)
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    """The fields that apply to this task (a distance run records no
+    ``num_triggers``/``count_max``, a count run no segment ranges): what
+    ``config.json`` records; ``TaskConfig(**d)`` regenerates the same data."""
+    drop = COUNT_FIELDS if self.name == "distance" else DISTANCE_FIELDS
+    return {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,6 +105,27 @@ def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
   return out
 
 
+def recorded(config: dict) -> dict:
+  """A ``config.json`` dict as this code records it: only the model and task
+  fields that apply to the run's PE and task (``ModelConfig.to_dict``,
+  ``TaskConfig.to_dict``). Files written before that listed every field;
+  comparing through this view lets them resume and leaves them untouched."""
+  from pe_spectral import encodings, tasks
+  from pe_spectral.model import PE_SCOPED
+  run = config.get("run")
+  if not isinstance(run, dict) or "model" not in run or "task" not in run:
+    return config
+  model, task = run["model"], run["task"]
+  try:
+    own = set(encodings.get(model["pe"]).config_fields)
+  except (KeyError, ValueError):
+    return config  # an unknown PE: compared as written
+  drop = tasks.COUNT_FIELDS if task.get("name") == "distance" else tasks.DISTANCE_FIELDS
+  run = dict(run, model={k: v for k, v in model.items() if k not in PE_SCOPED or k in own},
+             task={k: v for k, v in task.items() if k not in drop})
+  return dict(config, run=run)
+
+
 def remove_unfinished_saves(ckpt_dir: str) -> list[str]:
   """Deletes the temporary folders of checkpoint saves that a killed run left
   (orbax would warn about each, once per save); returns their steps."""
@@ -137,7 +158,7 @@ def check_workdir(workdir, paths, config, resume) -> None:
   old = None
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
-      old = json.load(f)
+      old = recorded(json.load(f))
     diff = config_diff(old, config)
     if resume and diff:
       raise ConfigMismatchError(
