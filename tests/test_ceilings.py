@@ -29,7 +29,8 @@ def test_posterior_of_unambiguous_sentence_is_certain():
 
 def test_bag_of_tokens_ceiling_near_protocol():
   cfg = TaskConfig(name="distance", num_examples=100_000)
-  d = generate(cfg)
+  d = generate(cfg)  # the paper's size generates (the only test that makes 100,000)
+  assert d.train_ids.shape[0] + d.test_ids.shape[0] == 100_000
   ids = np.concatenate([np.asarray(d.train_ids), np.asarray(d.test_ids)])
   y = np.concatenate([np.asarray(d.train_labels), np.asarray(d.test_labels)])
   acc = ceilings.bag_of_tokens_accuracy(ids, y, d.triggers)

@@ -25,11 +25,12 @@ def _cli(module, *args, cwd):
 
 
 # Through the CLIs: one PE per distinct code path in ablate and decompose (a
-# learned bias MLP, a content-dependent bias, a partial rotation, a learned
-# Toeplitz bias, a logit factor). xpos, kerple_log and kerple_power share those
-# paths (rotation with a scale; a parametric bias) and are covered in process
-# (test_model, test_decompose); each CLI compiles per PE, so each one here costs.
-E2E_PES = ("fire", "cope", "p_rope", "rope_additive", "alibi_multiplicative")
+# learned bias, here FIRE's MLP; a content-dependent bias; a partial rotation; a
+# logit factor). rope_additive, xpos, kerple_log and kerple_power share those
+# paths (a learned Toeplitz bias; rotation with a scale; a parametric bias) and
+# are covered in process (test_model, test_decompose; rope_additive's sweep in
+# test_thesis); each CLI compiles per PE, so each one here costs.
+E2E_PES = ("fire", "cope", "p_rope", "alibi_multiplicative")
 
 
 def test_new_pes_sweep_ablate_decompose_report(tmp_path):

@@ -89,11 +89,6 @@ def test_split_sizes_and_determinism():
   assert not np.array_equal(d1.train_ids, d3.train_ids)
 
 
-def test_hundred_thousand_examples_generate():
-  d = generate(TaskConfig(name="distance"))
-  assert d.train_ids.shape[0] + d.test_ids.shape[0] == 100_000
-
-
 @pytest.mark.parametrize("kw,msg", [
     (dict(name="copy"), "unknown task"),
     (dict(seq_len=130), "exceeds max_len"),
