@@ -45,6 +45,7 @@ def _define_flags() -> None:
   flags.DEFINE_list("attention_block", ["0"], "Attention kernels: 0 = the standard one, "
                     "N = the blockwise one with N query rows per block.")
   flags.DEFINE_list("remat", ["false"], "Per-block rematerialisation: false, true or both.")
+  flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bfloat16 or both.")
   flags.DEFINE_integer("time_reps", 0, "If > 0: also run the training chunk on real data "
                        "this many times after a warm-up and print its best seconds per "
                        "step (the memory options' cost, side by side in one run).")
@@ -128,22 +129,28 @@ def main(argv):
         f"jax {jax.__version__}", flush=True)
   blocks = _ints("attention_block", FLAGS.attention_block, 0)
   remats = _bools("remat", FLAGS.remat)
+  dtypes = [d.strip() for d in FLAGS.dtype]
+  bad = [d for d in dtypes if d not in ("float32", "bfloat16")]
+  if bad:
+    raise app.UsageError(f"--dtype takes float32 and/or bfloat16, got {', '.join(bad)}")
   if FLAGS.time_reps < 0:
     raise app.UsageError("--time_reps must be >= 0")
-  print("| seeds | seed group | attention | remat | program | temporaries GiB | per seed GiB "
-        "| arguments GiB | outputs GiB | measured peak GiB | train s/step |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+  print("| seeds | seed group | attention | remat | dtype | program | temporaries GiB "
+        "| per seed GiB | arguments GiB | outputs GiB | measured peak GiB | train s/step |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
   base = rc
-  for seeds, g, block, remat in itertools.product(seeds_list, groups, blocks, remats):
-    rc = dataclasses.replace(base, model=base.model.replace(attention_block=block or None,
-                                                            remat=remat or None))
+  for seeds, g, block, remat, dt in itertools.product(seeds_list, groups, blocks, remats,
+                                                      dtypes):
+    rc = dataclasses.replace(base, model=base.model.replace(
+        attention_block=block or None, remat=remat or None,
+        dtype=None if dt == "float32" else dt))
     kernel = f"blockwise {block}" if block else "standard"
     if g and seeds % g:
       print(f"# skip: seed group {g} does not divide {seeds} seeds", file=sys.stderr)
       continue
     group = None if g == 0 or g == seeds else g
     print(f"# compiling {seeds} seeds, group {g or 'all'}, {kernel} attention, "
-          f"remat {'on' if remat else 'off'} ...", file=sys.stderr, flush=True)
+          f"remat {'on' if remat else 'off'}, {dt} ...", file=sys.stderr, flush=True)
     tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
                          eval_examples=FLAGS.eval_examples, mask_chunk=FLAGS.mask_chunk)
     per_step = peak = None
@@ -153,7 +160,7 @@ def main(argv):
       a = analysis(compiled)
       pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
       ts = "—" if per_step is None or name != "train chunk" else f"{per_step:.3f}"
-      print(f"| {seeds} | {g or 'all'} | {kernel} | {'on' if remat else 'off'} | {name} | "
+      print(f"| {seeds} | {g or 'all'} | {kernel} | {'on' if remat else 'off'} | {dt} | {name} | "
             f"{a['temp'] / GIB:.2f} | "
             f"{a['temp'] / seeds / GIB:.2f} | {a['argument'] / GIB:.3f} | "
             f"{a['output'] / GIB:.3f} | {pk} | {ts} |", flush=True)

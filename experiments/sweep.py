@@ -66,6 +66,9 @@ flags.DEFINE_integer("attention_block", None,
                      "to float rounding). Default: the standard kernel.")
 flags.DEFINE_bool("remat", None, "Memory: recompute each block in the backward pass "
                   "instead of keeping its activations (default off).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                  "Compute dtype. bfloat16: mixed precision (float32 parameters, optimiser, "
+                  "softmax and loss; bfloat16 activations), for memory and speed on a GPU/TPU.")
 flags.DEFINE_bool("resume", True, "Resume from the workdir's last checkpoint.")
 flags.DEFINE_string("seed_group", None,
                     "Vmap this many seeds at a time; groups run one after another in "
@@ -163,7 +166,8 @@ def plan_runs():
                            learning_rate=FLAGS.learning_rate,
                            alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
                            else None, random_positions=FLAGS.random_positions,
-                           attention_block=FLAGS.attention_block, remat=FLAGS.remat)
+                           attention_block=FLAGS.attention_block, remat=FLAGS.remat,
+                           dtype=FLAGS.dtype)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The prepared device check (about 8 minutes on one H200): what the paper
-# model needs on a GPU, measured there, in one log under results/device/.
+# The prepared device check (about 9.5 minutes on one H200; run it with a
+# 600 s limit): what the paper model needs on a GPU, measured there, in one
+# log under results/device/.
 #   1. the memory table of the paper preset (8 seeds, faithful rope_sinusoidal):
-#      one vmap, seed groups, remat, the blockwise attention kernel; compiled
-#      and one chunk run per row (benchmarks/memory.py prints the measured peak,
-#      the process's running maximum: a row's peak is at least the rows' before);
+#      one vmap, seed groups, remat, the blockwise attention kernel, bfloat16;
+#      compiled and one chunk run per row (benchmarks/memory.py prints the
+#      measured peak, the process's running maximum: a row's peak is at least
+#      the rows' before);
 #   2. training steps/s at the paper preset, 8 seeds in one program
-#      (--seed_group=auto) against 8 seeds one after another (--seed_group=1);
+#      (--seed_group=auto, float32 and bfloat16) against 8 seeds one after
+#      another (--seed_group=1);
 #   3. the same at the study preset.
 # Each step has its own timeout, so one slow step cannot eat the others' time.
 #   launch/gpu_check.sh [--dry_run] [LOG]   (default LOG: results/device/gpu-check-DATE.log)
@@ -33,8 +36,11 @@ run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exi
 run_or_print nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 run_or_print timeout 150 "${MEM[@]}" --seed_group=0 --remat=true --attention_block=0,32
 run_or_print timeout 90 "${MEM[@]}" --seed_group=2,1 --remat=false
+run_or_print timeout 60 "${MEM[@]}" --seed_group=0 --remat=true --dtype=bfloat16
 run_or_print timeout 75 "${PAPER[@]}" --seed_group=auto --workdir=runs/gpu-check/paper-auto
-run_or_print timeout 75 "${PAPER[@]}" --seed_group=1 --workdir=runs/gpu-check/paper-seq
-run_or_print timeout 45 "${STUDY[@]}" --seed_group=0 --workdir=runs/gpu-check/study-vmap
-run_or_print timeout 45 "${STUDY[@]}" --seed_group=1 --workdir=runs/gpu-check/study-seq
+run_or_print timeout 75 "${PAPER[@]}" --seed_group=auto --dtype=bfloat16 \
+  --workdir=runs/gpu-check/paper-auto-bf16
+run_or_print timeout 60 "${PAPER[@]}" --seed_group=1 --workdir=runs/gpu-check/paper-seq
+run_or_print timeout 35 "${STUDY[@]}" --seed_group=0 --workdir=runs/gpu-check/study-vmap
+run_or_print timeout 35 "${STUDY[@]}" --seed_group=1 --workdir=runs/gpu-check/study-seq
 echo "done: $LOG"

@@ -34,7 +34,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+
+from pe_spectral import model as model_lib
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "frequency_masks",
            "ablate_frequencies"]
@@ -94,7 +95,8 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk, kind):
 
   def one(args):
     x, y, real, b = args
-    model = nnx.merge(trainer.graphdef, p)
+    # the compute dtype of evaluate_params (the masked path), so both agree
+    model = model_lib.merge_for_compute(trainer.graphdef, p)
     hits = lambda logits: trainer.score(logits, y, real)[0]
     ctx = model.context(x, position_key=trainer.eval_position_key(b))
     e = model.embed_inputs(x, ctx["positions"])

@@ -143,6 +143,11 @@ def _attend(q, k, v, bias, factor, mask, key, scale, rate):
   return _attend_fwd(q, k, v, bias, factor, mask, key, scale, rate)[0]
 
 
+def _f32(x):
+  """``x`` in float32 (the identity on float32: bit-identical there)."""
+  return x if x.dtype == jnp.float32 else x.astype(jnp.float32)
+
+
 def _hm(x):
   """``[batch, seq, heads, d]`` <-> ``[batch, heads, seq, d]``."""
   return x.transpose(0, 2, 1, 3)
@@ -160,9 +165,10 @@ def _attend_bwd(scale, rate, res, d_out):
   d_v = _hm(jnp.einsum("bhqk,bhqd->bhkd", dropout(p, rate, key), d_out_h))
   # d(dropped probs), then through the dropout mask (same key: same mask).
   d_p = dropout(jnp.einsum("bhqd,bhkd->bhqk", d_out_h, _hm(v)), rate, key)
-  # Softmax backward: sum_k d_p * p equals rowsum(d_out * out) (out = dropped p @ v).
-  row = jnp.einsum("bqhd,bqhd->bhq", d_out, out)[..., None]
-  d_logits = p * (d_p - row.astype(p.dtype))
+  # Softmax backward: sum_k d_p * p equals rowsum(d_out * out) (out = dropped p @ v),
+  # in float32 whatever the compute dtype (bfloat16 keeps p in half the memory).
+  row = jnp.einsum("bqhd,bqhd->bhq", _f32(d_out), _f32(out))[..., None]
+  d_logits = _f32(p) * (_f32(d_p) - row)
   if mask is not None:
     d_logits = jnp.where(mask, d_logits, jnp.zeros_like(d_logits))
   d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
@@ -172,9 +178,11 @@ def _attend_bwd(scale, rate, res, d_out):
     content = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k)
     d_factor = _sum_to_shape(d_logits * content, factor.shape).astype(factor.dtype)
     d_logits = d_logits * factor
+  d_logits = d_logits.astype(q.dtype)  # the matmuls run in the compute dtype
   d_q = _hm(jnp.einsum("bhqk,bhkd->bhqd", d_logits, _hm(k))) * scale
   d_k = _hm(jnp.einsum("bhqk,bhqd->bhkd", d_logits, _hm(q * scale)))
-  return d_q, d_k, d_v, d_bias, d_factor, None, None
+  return (d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), d_bias, d_factor,
+          None, None)
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -296,7 +304,7 @@ def _blockwise_bwd(scale, rate, block, res, d_out):
   k_h, v_h = _hm(k), _hm(v)
   d_out_h = _pad_rows(_hm(d_out), padded, 2)
   # softmax backward's row term rowsum(dO * O), as in _attend_bwd
-  row_all = _pad_rows(jnp.einsum("bqhd,bqhd->bhq", d_out, out), padded, 2)
+  row_all = _pad_rows(jnp.einsum("bqhd,bqhd->bhq", _f32(d_out), _f32(out)), padded, 2)
   full = (b, h, n_q, n_k)
   per_row = lambda x: x is not None and x.shape[2] != 1  # stacked per block, else summed
 
@@ -309,10 +317,10 @@ def _blockwise_bwd(scale, rate, block, res, d_out):
     p = jnp.exp(logits - lse_i[..., None]).astype(v.dtype)
     keep = _block_keep(key, rate, full, i, block)
     d_out_i = lax.dynamic_slice_in_dim(d_out_h, i * block, block, axis=2)
-    d_v = d_v + jnp.einsum("bhqk,bhqd->bhkd", _drop(p, keep, rate), d_out_i)
+    d_v = d_v + _f32(jnp.einsum("bhqk,bhqd->bhkd", _drop(p, keep, rate), d_out_i))
     d_p = _drop(jnp.einsum("bhqd,bhkd->bhqk", d_out_i, v_h), keep, rate)
     row = lax.dynamic_slice_in_dim(row_all, i * block, block, axis=2)[..., None]
-    d_logits = p * (d_p - row.astype(p.dtype))
+    d_logits = _f32(p) * (_f32(d_p) - row)  # float32, as in _attend_bwd
     if mask_i is not None:
       d_logits = jnp.where(mask_i, d_logits, jnp.zeros_like(d_logits))
     d_bias_i = d_factor_i = None
@@ -325,13 +333,15 @@ def _blockwise_bwd(scale, rate, block, res, d_out):
       if not per_row(factor4):
         d_factor_acc, d_factor_i = d_factor_acc + d_factor_i, None
       d_logits = d_logits * factor_i
+    d_logits = d_logits.astype(q.dtype)
     d_q_i = jnp.einsum("bhqk,bhkd->bhqd", d_logits, k_h) * scale
-    d_k = d_k + jnp.einsum("bhqk,bhqd->bhkd", d_logits, q_i * scale)
+    d_k = d_k + _f32(jnp.einsum("bhqk,bhqd->bhkd", d_logits, q_i * scale))
     return (d_k, d_v, d_bias_acc, d_factor_acc), (d_q_i, d_bias_i, d_factor_i)
 
   zeros = lambda x: None if x is None or per_row(x) else jnp.zeros(x.shape, jnp.float32)
-  init = (jnp.zeros(k_h.shape, k.dtype), jnp.zeros(v_h.shape, v.dtype), zeros(bias4),
-          zeros(factor4))
+  # d_k, d_v accumulate over blocks in float32 (cast once at the end)
+  init = (jnp.zeros(k_h.shape, jnp.float32), jnp.zeros(v_h.shape, jnp.float32),
+          zeros(bias4), zeros(factor4))
   (d_k, d_v, d_bias_acc, d_factor_acc), (d_q_b, d_bias_b, d_factor_b) = lax.scan(
       one, init, jnp.arange(n_blocks))
 
@@ -347,7 +357,8 @@ def _blockwise_bwd(scale, rate, block, res, d_out):
   if factor is not None:
     d_factor = (unstack(d_factor_b) if per_row(factor4) else d_factor_acc)
     d_factor = d_factor.reshape(factor.shape).astype(factor.dtype)
-  return d_q, _hm(d_k), _hm(d_v), d_bias, d_factor, None, None
+  return (d_q.astype(q.dtype), _hm(d_k).astype(k.dtype), _hm(d_v).astype(v.dtype), d_bias,
+          d_factor, None, None)
 
 
 _blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
@@ -475,6 +486,8 @@ class MultiHeadAttention(nnx.Module):
     if self.rope_heads > 0:
       pos = positions[:, None]  # broadcasts against [batch, seq, heads]
       q_rot, k_rot = self.rotary(q, k, pos)
+      # float32 tables keep bfloat16 queries/keys bfloat16 (identity in float32)
+      q_rot, k_rot = q_rot.astype(q.dtype), k_rot.astype(k.dtype)
       if self.rope_heads < self.num_heads:
         # where() keeps heads >= rope_heads bit-identical to the unrotated ones.
         rotated = (jnp.arange(self.num_heads) < self.rope_heads)[:, None]
@@ -571,7 +584,9 @@ class LatentAttention(nnx.Module):
     k_r = self.kr_proj(x)[:, :, None, :]
     q_r = self.qr_proj(c_q).reshape(b, s, -1, self.rope_dim)
     if rotate:
+      dtype = q_r.dtype
       q_r, k_r = self.rotary(q_r, k_r, pos)
+      q_r, k_r = q_r.astype(dtype), k_r.astype(dtype)
     k_r = jnp.broadcast_to(k_r, (b, s, h, self.rope_dim))
     q_r = jnp.broadcast_to(q_r, (b, s, h, self.rope_dim))
     q = jnp.concatenate([q_c, q_r], axis=-1)

@@ -146,11 +146,13 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           alibi_slopes: Optional[str] = None,
           random_positions: Optional[int] = None,
           attention_block: Optional[int] = None,
-          remat: Optional[bool] = None) -> RunConfig:
+          remat: Optional[bool] = None,
+          dtype: Optional[str] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
-  below it; ``attention_block``, ``remat``: the memory options
-  (:class:`~pe_spectral.model.ModelConfig`)."""
+  below it; ``attention_block``, ``remat``: the memory options; ``dtype``:
+  ``"float32"`` (the default, recorded as None) or ``"bfloat16"`` (mixed
+  precision; :class:`~pe_spectral.model.ModelConfig`)."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   task_cfg = task_config(preset, task, data_seed)
@@ -166,8 +168,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     model_kw["rope_heads"] = rope_heads
   if alibi_slopes is not None:  # ModelConfig says which PE takes it
     model_kw["alibi_slopes"] = alibi_slopes
+  if dtype not in (None, "float32", "bfloat16"):
+    raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   for name, val in (("random_positions", random_positions),
-                    ("attention_block", attention_block), ("remat", remat or None)):
+                    ("attention_block", attention_block), ("remat", remat or None),
+                    ("dtype", None if dtype == "float32" else dtype)):
     if val is not None:
       model_kw[name] = val
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,

@@ -95,6 +95,14 @@ class ModelConfig:
       inputs are kept, the rest is recomputed: :func:`remat.checkpoint`).
       None/False (default): off. Memory options, like ``attention_block``:
       neither changes what is computed beyond float rounding.
+    dtype: None (default): float32 throughout. ``"bfloat16"``: mixed precision
+      -- the parameters (and the optimiser) stay float32, :func:`apply_model`
+      runs the forward pass on a bfloat16 copy of them (activations and the
+      kept tensors in bfloat16, softmax and its backward pass in float32) and
+      returns float32 logits, so losses and gradients are float32. Evaluation
+      and ablation run in this dtype too (:func:`merge_for_compute`); paths
+      that merge the float32 parameters themselves (``decompose``, spectra)
+      compute in float32.
   """
   pe: str = "rope"
   vocab_size: int = 574
@@ -128,6 +136,7 @@ class ModelConfig:
   random_positions: Optional[int] = None
   attention_block: Optional[int] = None
   remat: Optional[bool] = None
+  dtype: Optional[str] = None
 
   def __post_init__(self):
     enc = encodings.get(self.pe)  # unknown name -> lists valid names
@@ -156,6 +165,8 @@ class ModelConfig:
                                               or self.attention_block < 1):
       raise ValueError(f"attention_block must be an int >= 1 or None, got "
                        f"{self.attention_block!r}")
+    if self.dtype not in (None, "bfloat16"):
+      raise ValueError(f"dtype must be None (float32) or 'bfloat16', got {self.dtype!r}")
     if self.remat not in (None, True, False):
       raise ValueError(f"remat must be True, False or None, got {self.remat!r}")
     if self.fire_hidden is not None and self.fire_hidden < 1:
@@ -187,6 +198,11 @@ class ModelConfig:
     return positional.RopeScaling(
         self.rope_scaling, float(self.rope_scaling_factor or 1.0),
         int(self.rope_scaling_original_len or self.max_len))
+
+  @property
+  def compute_dtype(self):
+    """The forward pass's dtype (:attr:`dtype`; parameters stay float32)."""
+    return jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
 
   @property
   def encoding(self) -> encodings.PositionalEncoding:
@@ -434,6 +450,10 @@ class TransformerClassifier(nnx.Module):
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model,
                            embedding_init=jax.nn.initializers.normal(embed_std),
                            rngs=rngs)
+    # compute in the table's dtype, as every other layer follows its inputs and
+    # parameters (nnx.Embed otherwise fixes float32 at construction): the
+    # bfloat16 copy apply_model merges then runs in bfloat16
+    self.embed.dtype = None
     pe_params = cfg.encoding.input_params(cfg, rngs.params, embed_std)
     self.pe_param_names = tuple(pe_params)
     for name, value in pe_params.items():
@@ -456,7 +476,8 @@ class TransformerClassifier(nnx.Module):
       table = cfg.encoding.input_table(cfg, params, seq_len)
     else:
       table = cfg.encoding.input_table(cfg, params, seq_len, positions=positions)
-    return e if table is None else e + table
+    # a float32 table (built from constants) keeps a bfloat16 stream bfloat16
+    return e if table is None else (e + table).astype(e.dtype)
 
   def attention_mask(self, ids: jax.Array) -> Optional[jax.Array]:
     """Boolean ``[batch, 1, q, k]`` mask (None if nothing is masked)."""
@@ -589,9 +610,31 @@ def init_model(cfg: ModelConfig, key: jax.Array):
   return graphdef, nnx.to_pure_dict(state)
 
 
+def cast_floating(tree, dtype):
+  """``tree`` with its floating arrays in ``dtype`` (integers untouched)."""
+  return jax.tree.map(
+      lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x,
+      tree)
+
+
 def apply_model(graphdef, params, ids, *, dropout_key=None, head_mask=None,
                 position_key=None, freq_mask=None):
-  """Pure forward pass: ``nnx.merge`` then call (for jit/vmap/grad)."""
+  """Pure forward pass: ``nnx.merge`` then call (for jit/vmap/grad). With
+  ``ModelConfig.dtype="bfloat16"`` the model runs on a bfloat16 copy of
+  ``params`` (gradients still reach the float32 ones) and returns float32
+  logits."""
+  model = merge_for_compute(graphdef, params)
+  logits = model(ids, dropout_key=dropout_key, head_mask=head_mask,
+                 position_key=position_key, freq_mask=freq_mask)
+  return logits.astype(jnp.float32)  # the identity in float32
+
+
+def merge_for_compute(graphdef, params) -> "TransformerClassifier":
+  """The model on ``params`` in its compute dtype (``ModelConfig.dtype``): a
+  bfloat16 copy of them in bfloat16 mode, ``params`` themselves in float32
+  (an exact path, as ``nnx.merge`` of float32 parameters always is)."""
   model = nnx.merge(graphdef, params)
-  return model(ids, dropout_key=dropout_key, head_mask=head_mask,
-               position_key=position_key, freq_mask=freq_mask)
+  dtype = model.cfg.compute_dtype
+  if dtype != jnp.float32:
+    model = nnx.merge(graphdef, cast_floating(params, dtype))
+  return model

@@ -136,12 +136,14 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert not (nockpt / "ckpt").exists()
 
 
-@pytest.mark.parametrize("pe,faithful", [("rope", True), ("mla", False)])
-def test_shared_prefix_equals_masked_model(pe, faithful):
+@pytest.mark.parametrize("pe,faithful,dtype", [("rope", True, None), ("mla", False, None),
+                                               ("rope", False, "bfloat16")])
+def test_shared_prefix_equals_masked_model(pe, faithful, dtype):
   """The prefix-shared path equals the full masked model per mask (the reference),
-  for both modes, with chunking; faithful mode takes keys/values from the input."""
+  for both modes, with chunking; faithful mode takes keys/values from the input;
+  a bfloat16 run's ablation runs in bfloat16 on both paths."""
   rc = configs.build("smoke", "distance", pe, faithful=faithful, steps=8)
-  cfg = rc.model.replace(num_layers=3, num_heads=4)
+  cfg = rc.model.replace(num_layers=3, num_heads=4, dtype=dtype)
   data = tasks.generate(rc.task)
   tr = train.Trainer(cfg, rc.task, rc.train.replace(eval_batch_size=96),
                      num_train=data.train_ids.shape[0])

@@ -38,8 +38,9 @@ def test_gpu_check_dry_run_writes_nothing():
   out = _run("launch/gpu_check.sh", "--dry_run", "/tmp/never-written.log")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
-  assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 2
+  assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 3
   assert any("--seed_group=auto" in ln for ln in lines)
+  assert sum("--dtype=bfloat16" in ln for ln in lines) == 2
   assert all(ln.startswith(("timeout ", "python", "nvidia-smi", "done:")) for ln in lines)
   assert not os.path.exists("/tmp/never-written.log")
 

@@ -132,6 +132,101 @@ def test_memory_options_train_the_same_model(pe, faithful):
       np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5, err_msg=str(options))
 
 
+def _dot_dtypes(fn, *args) -> set:
+  """The operand dtypes of every matmul in ``fn``'s jaxpr (sub-jaxprs included)."""
+  found = set()
+
+  def walk(jaxpr):
+    for e in jaxpr.eqns:
+      if e.primitive.name == "dot_general":
+        found.add(tuple(str(v.aval.dtype) for v in e.invars))
+      for val in e.params.values():
+        for sub in (val if isinstance(val, (list, tuple)) else [val]):
+          inner = getattr(sub, "jaxpr", sub)
+          if hasattr(inner, "eqns"):
+            walk(inner)
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
+def _flat(tree):
+  return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(tree)])
+
+
+@pytest.mark.parametrize("pe,faithful", [("rope", False), ("alibi", False),
+                                         ("alibi_multiplicative", False), ("cope", False),
+                                         ("mla", False), ("rope_sinusoidal", True)])
+def test_bfloat16_is_the_float32_model_to_bfloat16_rounding(pe, faithful):
+  """Mixed precision: float32 parameters and gradients, float32 loss, the
+  forward pass in bfloat16 -- the float32 model's loss and gradient direction
+  to bfloat16 rounding, with the memory options too (their custom VJPs get
+  bfloat16 cotangents)."""
+  ids = jax.random.randint(jax.random.key(2), (4, 12), 1, 30).at[1:, -3:].set(0)
+  labels = jnp.arange(4)
+  base = ModelConfig(pe=pe, vocab_size=30, num_classes=30, d_model=16, num_heads=4,
+                     num_layers=2, d_ff=32, max_len=12, faithful=faithful)
+  l0, g0 = _loss_and_grads(base, ids, labels)
+  g0 = _flat(g0)
+  for options in ({}, dict(attention_block=5, remat=True)):
+    cfg = base.replace(dtype="bfloat16", **options)
+    l1, g1 = _loss_and_grads(cfg, ids, labels)
+    assert l1.dtype == jnp.float32
+    assert {x.dtype for x in jax.tree.leaves(g1)} == {jnp.dtype(jnp.float32)}
+    np.testing.assert_allclose(l1, l0, rtol=3e-2, err_msg=str(options))
+    g1 = _flat(g1)
+    cos = g1 @ g0 / (np.linalg.norm(g1) * np.linalg.norm(g0))
+    assert cos > 0.99, (options, cos)
+    assert np.linalg.norm(g1 - g0) > 0  # it did run in another precision
+  # the matmuls themselves take bfloat16 operands (all of them but the
+  # embedding-free float32 loss) in bfloat16 mode, and none do in float32
+  graphdef, params = init_model(base, jax.random.key(1))
+  g16, _ = init_model(base.replace(dtype="bfloat16"), jax.random.key(1))
+  fwd = lambda g: (lambda p: apply_model(g, p, ids))
+  assert ("bfloat16", "bfloat16") in _dot_dtypes(fwd(g16), params)
+  assert not any("bfloat16" in d for d in _dot_dtypes(fwd(graphdef), params))
+  assert apply_model(g16, params, ids).dtype == jnp.float32
+
+
+@pytest.mark.parametrize("block", [None, 4])
+def test_kernels_take_bfloat16_and_return_its_cotangents(block):
+  """Both kernels' custom VJPs under bfloat16 operands: cotangents in the
+  operands' dtypes, and the float32 kernel's numbers to bfloat16 rounding."""
+  q, k, v, bias, fac, mask = _operands(bias_shape=(3, 10, 10), factor=True)
+  low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+  got = _value_and_grads(*low, bias, fac, mask, block=block, rate=0.3)
+  want = _value_and_grads(*(x.astype(jnp.float32) for x in low), bias, fac, mask,
+                          block=None, rate=0.3)
+  assert [g.dtype for g in got[1]] == [jnp.bfloat16] * 3 + [jnp.float32] * 2
+  np.testing.assert_allclose(np.float32(got[0]), want[0], rtol=3e-2)
+  for a, b in zip(got[1], want[1]):
+    a, b = np.asarray(a, np.float32), np.asarray(b)
+    assert np.linalg.norm(a - b) <= 3e-2 * np.linalg.norm(b)
+
+
+def test_dtype_is_validated_and_float32_is_recorded_as_the_default():
+  from pe_spectral import config
+  with pytest.raises(ValueError, match="dtype"):
+    ModelConfig(dtype="float16")
+  with pytest.raises(ValueError, match="dtype"):
+    config.build("smoke", "distance", "rope", dtype="half")
+  assert config.build("smoke", "distance", "rope", dtype="float32").model.dtype is None
+  assert config.build("smoke", "distance", "rope", dtype="bfloat16").model.dtype == "bfloat16"
+
+
+def test_a_bfloat16_run_trains_and_records_its_dtype(tmp_path):
+  import json
+  from pe_spectral import config, runner
+  rc = config.build("smoke", "distance", "rope", steps=24, dtype="bfloat16",
+                    learning_rate=3e-3)
+  s = runner.run(rc, [0, 1], str(tmp_path / "run"), eval_every=12, notify=lambda m: None)
+  with open(tmp_path / "run" / "config.json") as f:
+    assert json.load(f)["run"]["model"]["dtype"] == "bfloat16"
+  rows = runner.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+  first, last = np.asarray(rows[0]["train_loss"]), np.asarray(rows[-1]["train_loss"])
+  assert np.isfinite(last).all() and (last < first).all(), (first, last)
+  assert np.isfinite(s["test_accuracy"]).all()
+
+
 def _temporaries(fn, *args) -> int:
   return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 

@@ -248,6 +248,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--seed_group=-1"], "--seed_group must be >= 0"),
     (["--seed_group=half"], "--seed_group must be an int >= 0 or auto"),
     (["--attention_block=0"], "attention_block must be an int >= 1"),
+    (["--dtype=float16"], "value should be one of"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
