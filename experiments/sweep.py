@@ -96,6 +96,10 @@ flags.DEFINE_integer("num_processes", None, "Total processes (with --distributed
 flags.DEFINE_integer("process_id", None, "This process's id (with --distributed).")
 
 
+# --config.<section>.<field>: any other config field (pe_spectral.cli)
+cli.define_config_flags()
+
+
 class UsageError(ValueError):
   pass
 
@@ -108,7 +112,11 @@ def _int_list(text: str, name: str) -> list[int]:
 
 
 def default_workdir(task: str, pe: str, preset: str, faithful: bool,
-                    rope_heads=None, random_positions=None) -> str:
+                    rope_heads=None, random_positions=None, overrides=None) -> str:
+  """``runs/<task>/<pe>[-k..][-rp..][-faithful][-<preset>][-<field><value>...]``:
+  each ``--config.*`` override adds its field and value (section-qualified
+  where two sections share the name), so an override never lands in the
+  default run's workdir."""
   name = pe
   if rope_heads is not None:
     name += f"-k{rope_heads}"
@@ -118,6 +126,12 @@ def default_workdir(task: str, pe: str, preset: str, faithful: bool,
     name += "-faithful"
   if preset != "cpu":
     name += f"-{preset}"
+  shared = {n for (s, n) in configs.overridable_fields()
+            if sum(n == m for (_, m) in configs.overridable_fields()) > 1}
+  for section, fields in sorted((overrides or {}).items()):
+    for field, value in sorted(fields.items()):
+      label = f"{section}.{field}" if field in shared else field
+      name += f"-{label}{value}"
   return os.path.join("runs", task, name)
 
 
@@ -147,6 +161,10 @@ def plan_runs():
   if FLAGS.learning_rate is not None and not (math.isfinite(FLAGS.learning_rate)
                                                and FLAGS.learning_rate > 0):
     raise UsageError(f"--learning_rate must be a finite number > 0, got {FLAGS.learning_rate}")
+  try:
+    overrides = cli.config_overrides()
+  except app.UsageError as e:
+    raise UsageError(str(e)) from None
   heads = [None]
   takes = lambda pe, option: option in encodings.get(pe).options  # the PE's own fields
   for option in ("rope_heads", "alibi_slopes"):
@@ -167,12 +185,12 @@ def plan_runs():
                            alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
                            else None, random_positions=FLAGS.random_positions,
                            attention_block=FLAGS.attention_block, remat=FLAGS.remat,
-                           dtype=FLAGS.dtype)
+                           dtype=FLAGS.dtype, overrides=overrides)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(
           FLAGS.task, pe, FLAGS.preset, FLAGS.faithful, rc.model.rope_heads
-          if takes(pe, "rope_heads") else None, FLAGS.random_positions)
+          if takes(pe, "rope_heads") else None, FLAGS.random_positions, overrides)
       runs.append((rc, workdir))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "

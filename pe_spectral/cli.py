@@ -12,10 +12,46 @@ from typing import Callable
 
 from absl import app
 
-__all__ = ["run", "USAGE_EXIT", "HELP_FLAGS"]
+__all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def define_config_flags(flag_values=None) -> None:
+  """One string flag ``--config.<section>.<field>`` per config field, the JAX
+  ecosystem's way
+  (``ml_collections.config_flags``): e.g. ``--config.model.d_model=96``,
+  ``--config.train.b2=0.99``, ``--config.model.relative_buckets=none``. Unset
+  flags leave the preset's value."""
+  from absl import flags
+  from pe_spectral import config
+  fv = flags.FLAGS if flag_values is None else flag_values
+  settable = config.overridable_fields()
+  for (section, name), kind in config.config_fields().items():
+    # a field with a short flag (or one that follows from others) is defined
+    # too, so that setting it says what to use instead
+    help_ = (f"Sets {section}.{name} ({kind}); default: the preset's."
+             if (section, name) in settable else "Not settable here (its short flag sets it).")
+    flags.DEFINE_string(f"config.{section}.{name}", None, help_, flag_values=fv)
+
+
+def config_overrides(flag_values=None) -> dict:
+  """``{section: {field: value}}`` of the ``--config.*`` flags given, typed
+  (``config.parse_override``); ``app.UsageError`` names a bad one."""
+  from absl import flags
+  from pe_spectral import config
+  fv = flags.FLAGS if flag_values is None else flag_values
+  out: dict = {}
+  for (section, name) in config.config_fields():
+    text = fv[f"config.{section}.{name}"].value
+    if text is None:
+      continue
+    try:
+      out.setdefault(section, {})[name] = config.parse_override(section, name, text)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
+  return out
 
 
 def run(main: Callable[[list], int]) -> None:

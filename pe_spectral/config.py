@@ -138,6 +138,70 @@ def task_config(preset: str, task: str, data_seed: int = 0) -> TaskConfig:
   return TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
 
 
+# --config.<section>.<field>: every config field from the command line. The
+# fields a short flag sets, and those that follow from others, are refused
+# there with the flag (or the reason) to use instead.
+SECTIONS = {"model": ModelConfig, "task": TaskConfig, "train": TrainConfig}
+_NOT_OVERRIDABLE = {
+    ("model", "pe"): "use --pe", ("model", "faithful"): "use --faithful",
+    ("model", "rope_heads"): "use --rope_heads", ("model", "alibi_slopes"): "use --alibi_slopes",
+    ("model", "random_positions"): "use --random_positions",
+    ("model", "attention_block"): "use --attention_block", ("model", "remat"): "use --remat",
+    ("model", "dtype"): "use --dtype",
+    ("model", "vocab_size"): "it follows task.vocab_size",
+    ("model", "num_classes"): "it follows the task's labels",
+    ("task", "name"): "use --task", ("task", "data_seed"): "use --data_seed",
+    ("train", "epochs"): "use --epochs", ("train", "steps"): "use --steps",
+    ("train", "batch_size"): "use --batch_size", ("train", "learning_rate"): "use --learning_rate",
+}
+
+
+def config_fields() -> dict:
+  """``{(section, field): type text}`` of every field of the three configs."""
+  return {(sec, f.name): str(f.type) for sec, cls in SECTIONS.items()
+          for f in dataclasses.fields(cls)}
+
+
+def overridable_fields() -> dict:
+  """``{(section, field): type text}`` of every field ``--config.*`` sets."""
+  return {(sec, f.name): str(f.type) for sec, cls in SECTIONS.items()
+          for f in dataclasses.fields(cls) if (sec, f.name) not in _NOT_OVERRIDABLE}
+
+
+def parse_override(section: str, name: str, text: str):
+  """The typed value of ``--config.<section>.<name>=<text>``; ValueError (one
+  line naming the flag) for a field that cannot be set or a bad value."""
+  flag = f"--config.{section}.{name}"
+  if (section, name) in _NOT_OVERRIDABLE:
+    raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
+  types = overridable_fields()
+  if (section, name) not in types:
+    raise ValueError(f"{flag}: no such field")
+  kind = types[(section, name)].replace(" ", "")
+  optional = kind.startswith("Optional[")
+  base = kind[len("Optional["):-1] if optional else kind
+  t = text.strip()
+  if optional and t.lower() in ("none", "null"):
+    return None
+  try:
+    if base == "bool":
+      if t.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError
+      return t.lower() in ("true", "1", "yes")
+    if base == "int":
+      return int(t)
+    if base == "float":
+      return float(t)
+    if base == "str":
+      return t
+  except ValueError:
+    pass
+  else:
+    raise ValueError(f"{flag}: unsupported field type {kind}")
+  raise ValueError(f"{flag} takes {'an ' if base == 'int' else 'a '}{base}"
+                   f"{' or none' if optional else ''}, got {text!r}")
+
+
 def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           rope_heads: Optional[int] = None, data_seed: int = 0,
           epochs: Optional[int] = None, steps: Optional[int] = None,
@@ -147,16 +211,27 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           random_positions: Optional[int] = None,
           attention_block: Optional[int] = None,
           remat: Optional[bool] = None,
-          dtype: Optional[str] = None) -> RunConfig:
+          dtype: Optional[str] = None,
+          overrides: Optional[dict] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
   below it; ``attention_block``, ``remat``: the memory options; ``dtype``:
   ``"float32"`` (the default, recorded as None) or ``"bfloat16"`` (mixed
-  precision; :class:`~pe_spectral.model.ModelConfig`)."""
+  precision; :class:`~pe_spectral.model.ModelConfig`); ``overrides``:
+  ``{section: {field: value}}`` (typed, :func:`parse_override`) applied to the
+  preset's values before validation, e.g. ``{"model": {"d_model": 96}}``."""
+  overrides = overrides or {}
+  for section, fields in overrides.items():
+    for name in fields:
+      if section not in SECTIONS or (section, name) not in overridable_fields():
+        parse_override(section, name, "")  # raises the one-line reason
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   task_cfg = task_config(preset, task, data_seed)
+  if overrides.get("task"):
+    task_cfg = task_cfg.replace(**overrides["task"])
   train_kw = train_settings(preset, pe, faithful)
+  train_kw.update(overrides.get("train", {}))
   for name, val in (("epochs", epochs), ("steps", steps),
                     ("batch_size", batch_size), ("learning_rate", learning_rate)):
     if val is not None:
@@ -175,6 +250,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
                     ("dtype", None if dtype == "float32" else dtype)):
     if val is not None:
       model_kw[name] = val
+  model_kw.update(overrides.get("model", {}))
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
   if task_cfg.max_len > model_cfg.max_len:

@@ -40,10 +40,13 @@ import pytest  # noqa: E402
 SWEEP_COMMON = ["--preset=smoke", "--seeds=2", "--steps=24", "--eval_every=6"]
 
 
-def run_sweep(*args, env=None, check=True):
-  """``python -m experiments.sweep ARGS`` in a subprocess."""
+def run_sweep(*args, env=None, check=True, cwd=None):
+  """``python -m experiments.sweep ARGS`` in a subprocess (in ``cwd``)."""
   full_env = dict(os.environ, **(env or {}))
-  out = subprocess.run([sys.executable, "-m", "experiments.sweep", *args],
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if cwd is not None:  # the package stays importable from another folder
+    full_env["PYTHONPATH"] = repo + os.pathsep + full_env.get("PYTHONPATH", "")
+  out = subprocess.run([sys.executable, "-m", "experiments.sweep", *args], cwd=cwd,
                        capture_output=True, text=True, env=full_env)
   if check and out.returncode != 0:
     raise AssertionError(f"sweep failed ({out.returncode}):\n{out.stderr[-3000:]}")

@@ -118,3 +118,36 @@ def test_an_older_full_config_resumes_and_is_left_untouched(tmp_path):
   irrelevant = dict(full, run=dict(full["run"], model=dict(full["run"]["model"],
                                                              mla_latent_dim=4)))
   assert workdir.config_diff(workdir.recorded(irrelevant), new) == []
+
+
+def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
+  samples = {"int": "7", "float": "0.25", "bool": "true", "str": "x"}
+  fields = configs.overridable_fields()
+  assert ("model", "d_model") in fields and ("model", "pe") not in fields
+  for (section, name), kind in fields.items():
+    base = kind.replace(" ", "")
+    optional = base.startswith("Optional[")
+    base = base[len("Optional["):-1] if optional else base
+    value = configs.parse_override(section, name, samples[base])  # every type is known
+    assert type(value).__name__ == base, (section, name, kind)
+    if optional:
+      assert configs.parse_override(section, name, "None") is None
+  assert configs.parse_override("train", "b2", "1e-3") == 1e-3
+  assert configs.parse_override("model", "causal", "no") is False
+  for section, name, text, msg in [("model", "d_model", "9.5", "takes an int"),
+                                   ("model", "causal", "maybe", "takes a bool"),
+                                   ("model", "d_model", "none", "takes an int"),
+                                   ("train", "epochs", "3", "use --epochs"),
+                                   ("model", "num_classes", "3", "follows the task"),
+                                   ("model", "nosuch", "1", "no such field")]:
+    with pytest.raises(ValueError, match=msg):
+      configs.parse_override(section, name, text)
+  rc = configs.build("smoke", "count", "relative", overrides={
+      "model": {"d_model": 32, "num_heads": 4, "relative_buckets": 8},
+      "task": {"vocab_size": 80, "count_max": 8}, "train": {"b2": 0.99}})
+  assert (rc.model.d_model, rc.model.num_heads, rc.model.relative_buckets) == (32, 4, 8)
+  # the model follows the overridden task: its vocabulary and its label count
+  assert rc.model.vocab_size == 80 and rc.model.num_classes == rc.task.num_labels == 9
+  assert rc.train.b2 == 0.99
+  with pytest.raises(ValueError, match="use --pe"):
+    configs.build("smoke", "distance", "rope", overrides={"model": {"pe": "nope"}})

@@ -249,6 +249,10 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--seed_group=half"], "--seed_group must be an int >= 0 or auto"),
     (["--attention_block=0"], "attention_block must be an int >= 1"),
     (["--dtype=float16"], "value should be one of"),
+    (["--config.model.d_ff=abc"], "--config.model.d_ff takes an int, got 'abc'"),
+    (["--config.model.pe=nope"], "--config.model.pe cannot be set: use --pe"),
+    (["--config.model.d_model=15"], "must be divisible by num_heads"),
+    (["--config.model.nosuch=1"], "Unknown command line flag 'config.model.nosuch'"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
@@ -271,6 +275,21 @@ def test_help_exits_0():
   out = subprocess.run([sys.executable, "-m", "experiments.sweep", "--help"],
                        capture_output=True, text=True)
   assert out.returncode == 0 and "--pe" in out.stdout + out.stderr
+
+
+def test_any_config_field_from_the_command_line(tmp_path):
+  """--config.<section>.<field> reaches config.json and the default workdir's
+  name; a resume with another value is refused, naming the field."""
+  out = _sweep("--preset=smoke", "--seeds=1", "--steps=2", "--eval_every=2",
+               "--config.model.d_ff=48", "--config.train.b2=0.99",
+               "--config.task.max_len=22", cwd=tmp_path)
+  wd = tmp_path / "runs" / "distance" / "rope-smoke-d_ff48-task.max_len22-b20.99"
+  with open(wd / "config.json") as f:
+    run = json.load(f)["run"]
+  assert (run["model"]["d_ff"], run["train"]["b2"], run["task"]["max_len"]) == (48, 0.99, 22)
+  again = _sweep("--preset=smoke", "--seeds=1", "--steps=2", "--eval_every=2",
+                 "--config.model.d_ff=40", f"--workdir={wd}", check=False)
+  assert again.returncode != 0 and "run.model.d_ff: 48 -> 40" in again.stderr, again.stderr
 
 
 def test_config_fields_added_later_with_none_default_still_match():
