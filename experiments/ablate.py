@@ -11,6 +11,7 @@ ablated, and per layer the deposit score (see
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -91,14 +92,16 @@ def analyse(wd: str) -> int:
   """Analyses one workdir; 0, or 2 after a one-line error."""
   from pe_spectral import ablation, plotting, runner, stats
   t0 = time.time()
+  with open(os.path.join(wd, "config.json")) as f:  # refused before any restore
+    num_seeds = len(json.load(f)["seeds"])
+  if FLAGS.seed_group and num_seeds % FLAGS.seed_group:
+    print(f"error: --seed_group {FLAGS.seed_group} must divide the run's "
+          f"{num_seeds} seeds", file=sys.stderr)
+    return 2
   try:
     config, rc, trainer, states, data, step = runner.load_run(wd, seed_group=FLAGS.seed_group)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
-    return 2
-  if FLAGS.seed_group and len(config["seeds"]) % FLAGS.seed_group:
-    print(f"error: --seed_group {FLAGS.seed_group} must divide the run's "
-          f"{len(config['seeds'])} seeds", file=sys.stderr)
     return 2
   ids, labels = data.test_ids, data.test_labels
   if FLAGS.split == "all":

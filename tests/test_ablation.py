@@ -116,6 +116,7 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
                         "--seed_group=3"], capture_output=True, text=True)
   assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
+  assert "analysing the checkpoint" not in bad.stdout + bad.stderr  # refused before restoring
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
                         f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
   assert bad.returncode == 2 and "error:" in bad.stderr
