@@ -38,7 +38,8 @@ def _define_flags() -> None:
   flags.DEFINE_bool("faithful", False, "The paper's architecture and optimiser.")
   flags.DEFINE_list("seeds", ["1", "8"], "Seed counts to compile for.")
   flags.DEFINE_list("seed_group", ["0"], "Seed groups (0 = one vmap over all seeds).")
-  flags.DEFINE_integer("steps", 2, "Steps in the compiled training chunk.")
+  flags.DEFINE_list("steps", ["2"], "Steps in the compiled training chunk (a list: one row "
+                    "each, e.g. to time what a chunk length costs with --time_reps).")
   flags.DEFINE_bool("ablation", False, "Also the all-heads ablation program (shared path).")
   flags.DEFINE_integer("mask_chunk", 0, "The ablation's masks per vmapped batch (0: all of "
                        "a layer's at once, as experiments.ablate's default).")
@@ -117,8 +118,9 @@ def main(argv):
                          f"{', '.join(configs.PRESET_NAMES)}")
   seeds_list = _ints("seeds", FLAGS.seeds, 1)
   groups = _ints("seed_group", FLAGS.seed_group, 0)
-  if FLAGS.steps < 1 or FLAGS.eval_examples < 0:
-    raise app.UsageError("--steps must be >= 1 and --eval_examples >= 0")
+  steps_list = _ints("steps", FLAGS.steps, 1)
+  if FLAGS.eval_examples < 0:
+    raise app.UsageError("--eval_examples must be >= 0")
   import jax
   rc = configs.build(FLAGS.preset, FLAGS.task, FLAGS.pe, faithful=FLAGS.faithful)
   dev = jax.devices()[0]
@@ -135,12 +137,13 @@ def main(argv):
     raise app.UsageError(f"--dtype takes float32 and/or bfloat16, got {', '.join(bad)}")
   if FLAGS.time_reps < 0:
     raise app.UsageError("--time_reps must be >= 0")
-  print("| seeds | seed group | attention | remat | dtype | program | temporaries GiB "
-        "| per seed GiB | arguments GiB | outputs GiB | measured peak GiB | train s/step |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  print("| seeds | seed group | attention | remat | dtype | chunk steps | program "
+        "| temporaries GiB | per seed GiB | arguments GiB | outputs GiB | measured peak GiB "
+        "| train s/step |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   base = rc
-  for seeds, g, block, remat, dt in itertools.product(seeds_list, groups, blocks, remats,
-                                                      dtypes):
+  for seeds, g, block, remat, dt, steps in itertools.product(seeds_list, groups, blocks,
+                                                             remats, dtypes, steps_list):
     rc = dataclasses.replace(base, model=base.model.replace(
         attention_block=block or None, remat=remat or None,
         dtype=None if dt == "float32" else dt))
@@ -151,24 +154,25 @@ def main(argv):
     group = None if g == 0 or g == seeds else g
     print(f"# compiling {seeds} seeds, group {g or 'all'}, {kernel} attention, "
           f"remat {'on' if remat else 'off'}, {dt} ...", file=sys.stderr, flush=True)
-    tr, progs = programs(rc, seeds, group, steps=FLAGS.steps, ablation=FLAGS.ablation,
+    tr, progs = programs(rc, seeds, group, steps=steps, ablation=FLAGS.ablation,
                          eval_examples=FLAGS.eval_examples, mask_chunk=FLAGS.mask_chunk)
     per_step = peak = None
     if FLAGS.time_reps or jax.default_backend() == "gpu":  # runs it (a GPU: for its peak)
-      per_step, peak = _run_chunks(tr, rc, seeds, FLAGS.time_reps)
+      per_step, peak = _run_chunks(tr, rc, seeds, FLAGS.time_reps, steps)
     for name, compiled in progs.items():
       a = analysis(compiled)
       pk = "—" if peak is None or name != "train chunk" else f"{peak / GIB:.2f}"
       ts = "—" if per_step is None or name != "train chunk" else f"{per_step:.3f}"
-      print(f"| {seeds} | {g or 'all'} | {kernel} | {'on' if remat else 'off'} | {dt} | {name} | "
+      print(f"| {seeds} | {g or 'all'} | {kernel} | {'on' if remat else 'off'} | {dt} | "
+            f"{steps} | {name} | "
             f"{a['temp'] / GIB:.2f} | "
             f"{a['temp'] / seeds / GIB:.2f} | {a['argument'] / GIB:.3f} | "
             f"{a['output'] / GIB:.3f} | {pk} | {ts} |", flush=True)
   return 0
 
 
-def _run_chunks(tr, rc, seeds: int, reps: int):
-  """Runs the training chunk (``FLAGS.steps`` steps) on real data: once, then
+def _run_chunks(tr, rc, seeds: int, reps: int, steps: int):
+  """Runs the training chunk (``steps`` steps) on real data: once, then
   ``reps`` more times. ``(best seconds per step over the timed chunks or None,
   the device's peak bytes or None)``; the first chunk compiles and is not timed.
   The peak is the process's running maximum (``memory_stats``, GPU/TPU only)."""
@@ -181,11 +185,10 @@ def _run_chunks(tr, rc, seeds: int, reps: int):
   best = None
   for i in range(reps + 1):
     t0 = time.perf_counter()
-    states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels,
-                                    FLAGS.steps)
+    states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels, steps)
     jax.block_until_ready(losses)
     if i:
-      per_step = (time.perf_counter() - t0) / FLAGS.steps
+      per_step = (time.perf_counter() - t0) / steps
       best = per_step if best is None else min(best, per_step)
   stats = (jax.devices()[0].memory_stats() or {}) if jax.default_backend() != "cpu" else {}
   return best, stats.get("peak_bytes_in_use")
