@@ -41,6 +41,17 @@ def test_gpu_check_dry_run_writes_nothing():
   assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 3
   assert any("--seed_group=auto" in ln for ln in lines)
   assert sum("--dtype=bfloat16" in ln for ln in lines) == 2
+  assert any("experiments.ablate --workdir=runs/gpu-check/paper-auto" in ln for ln in lines)
+  assert any("benchmarks.run --presets=paper" in ln for ln in lines)
+  # two parts, each one device call: part 1 the paper preset, part 2 the rest
+  one = _run("launch/gpu_check.sh", "--dry_run", "--part=1", "/tmp/never-written.log")
+  two = _run("launch/gpu_check.sh", "--dry_run", "--part=2", "/tmp/never-written.log")
+  timed = lambda out: [ln for ln in out.stdout.splitlines() if ln.startswith("timeout ")]
+  assert len(timed(one)) + len(timed(two)) == len([ln for ln in lines if ln.startswith("timeout ")])
+  for part in (one, two):  # the timeouts fit 8 minutes per part
+    assert sum(int(ln.split()[1]) for ln in timed(part)) <= 480, part.stdout
+  assert not any("benchmarks.memory" in ln for ln in timed(two))
+  assert _run("launch/gpu_check.sh", "--dry_run", "--part=3").returncode == 2
   assert all(ln.startswith(("timeout ", "python", "nvidia-smi", "done:")) for ln in lines)
   assert not os.path.exists("/tmp/never-written.log")
 
