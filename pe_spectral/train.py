@@ -6,7 +6,7 @@ optimizer steps, ``jax.jit(jax.vmap(...))`` over the seed axis, so every seed
 of a sweep runs in one program. Batch order and dropout keys are functions of
 ``(seed, step)`` only (``fold_in``), so a run resumed from a checkpoint replays
 exactly. With several devices the seed axis is sharded with
-``jax.make_mesh`` + ``NamedSharding``.
+``jax.make_mesh`` + ``NamedSharding`` (``devices.py``).
 
 Loss/accuracy rules (``LabelRule``):
 
@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import math
 import os
-import time
 import warnings
 from typing import Any, Callable, Optional
 
@@ -31,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec
-
+from pe_spectral import devices
 from pe_spectral import model as model_lib
+from pe_spectral.devices import seed_mesh, wait_ready  # noqa: F401  (re-exported)
 from pe_spectral.tasks import TaskConfig
 
 __all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Trainer",
@@ -115,19 +114,6 @@ def label_rule(task: TaskConfig, model_cfg: model_lib.ModelConfig) -> LabelRule:
   return LabelRule(task.num_labels, task.label_min, ignore_zero=False)
 
 
-def wait_ready(tree, *, max_poll_s: float = 0.05) -> None:
-  """Returns once every array in ``tree`` is computed. Unlike a blocking
-  read, the wait sleeps in short steps (1 ms growing to ``max_poll_s``), so
-  signal handlers run at once while an asynchronous computation is running."""
-  pause = 1e-3
-  for leaf in jax.tree.leaves(tree):
-    if not isinstance(leaf, jax.Array):
-      continue
-    while not leaf.is_ready():
-      time.sleep(pause)
-      pause = min(2 * pause, max_poll_s)
-
-
 def lr_schedule(cfg: TrainConfig, total_steps: int):
   """The paper's LambdaLR: linear warm-up from 0, then cosine to 0.
 
@@ -145,21 +131,6 @@ def lr_schedule(cfg: TrainConfig, total_steps: int):
     return cfg.learning_rate * jnp.where(s < warmup, warm, cos)
 
   return schedule
-
-
-def seed_mesh(num_seeds: int, devices=None) -> Optional[jax.sharding.Mesh]:
-  """A 1-D ``('seeds',)`` mesh over the largest device count dividing ``num_seeds``.
-
-  Returns None on a single device. Seeds are never padded: with 8 devices and
-  6 seeds, 6 devices are used (documented in the README).
-  """
-  devices = jax.devices() if devices is None else devices
-  n = max(d for d in range(1, len(devices) + 1) if num_seeds % d == 0)
-  if n == 1:
-    return None
-  # Auto axes: XLA propagates the seed sharding through jit/vmap/scan.
-  return jax.make_mesh((n,), ("seeds",), devices=devices[:n],
-                       axis_types=(jax.sharding.AxisType.Auto,))
 
 
 class Trainer:
@@ -219,40 +190,15 @@ class Trainer:
     """
     return jnp.asarray(np.asarray(seeds, np.uint32))
 
-  def _place(self, tree, spec):
-    if self.mesh is None:
-      return tree
-    sharding = NamedSharding(self.mesh, spec)
-    if jax.process_count() == 1:
-      return jax.device_put(tree, sharding)
-
-    def put(x):  # every process holds the same host value; each places its shards
-      if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        return x  # already a global array
-      x = np.asarray(x)
-      return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
-
-    return jax.tree.map(put, tree)
-
   def shard(self, tree):
-    """Places a seed-leading pytree on the mesh (no-op on one device)."""
-    return self._place(tree, PartitionSpec("seeds"))
+    """Places a seed-leading pytree on this trainer's mesh (:func:`devices.shard`)."""
+    return devices.shard(tree, self.mesh)
 
   def replicate(self, tree):
-    """Places a pytree (e.g. the dataset) on every device of the mesh."""
-    return self._place(tree, PartitionSpec())
+    """Places a pytree on every device of the mesh (:func:`devices.replicate`)."""
+    return devices.replicate(tree, self.mesh)
 
-  @staticmethod
-  def fetch(x) -> np.ndarray:
-    """A (possibly multi-process sharded) array as a full host NumPy array.
-
-    Waits by polling (:func:`wait_ready`), so that Python -- a Ctrl-C
-    handler -- keeps running while the device computes."""
-    wait_ready(x)
-    if jax.process_count() > 1:
-      from jax.experimental import multihost_utils
-      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
+  fetch = staticmethod(devices.fetch)
 
   # -- init ------------------------------------------------------------------
   def init_one(self, seed):
@@ -271,7 +217,7 @@ class Trainer:
     shapes = jax.eval_shape(jax.vmap(self.init_one), keys)
     if self.mesh is None:
       return shapes
-    sharding = NamedSharding(self.mesh, PartitionSpec("seeds"))
+    sharding = devices.seed_sharding(self.mesh)
     return jax.tree.map(
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
 
