@@ -186,6 +186,7 @@ def _chance_ceiling(task, preset, ceil) -> str:
 
 
 def verdict_section(runs, ceil=None) -> list[str]:
+  from pe_spectral import stats as _stats
   cl = claims(runs)
   lines = ["## Verdicts", "",
            "The claims, their tests and decision rules are in [docs/study.md](docs/study.md), "
@@ -195,9 +196,12 @@ def verdict_section(runs, ceil=None) -> list[str]:
            "initialisation, batch order and data), with the seeds won and an exact "
            "sign-flip p-value. A comparison counts only if both runs converged "
            f"(≥ {_frac_txt(CONVERGED_FRAC)[2:]} of seeds plateaued); otherwise it is "
-           "inconclusive whatever its CI says.", "",
+           "inconclusive whatever its CI says. The last column applies the second "
+           "convergence rule instead (test accuracy within "
+           f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
+           "docs/study.md): a sensitivity result beside the verdict, never replacing it.", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
-           "verdict |", "|---|---|---|---|---|---|---|"]
+           "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
   for c in cl:
     if c["id"] == "c":
       ev = []
@@ -212,7 +216,7 @@ def verdict_section(runs, ceil=None) -> list[str]:
     task = "count" if c["id"] in ("b", "d") else "distance"
     lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['preset']} | "
                  f"{_chance_ceiling(task, c['preset'], ceil or {})} | {c['paper']} | "
-                 f"{evid} | **{c['verdict']}** |")
+                 f"{evid} | **{c['verdict']}** | {c.get('verdict_test_rule', '—')} |")
   return lines + [""]
 
 

@@ -13,7 +13,8 @@ import numpy as np
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
            "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "CLOSE_MARGIN",
            "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",
-           "plateau_of", "compare", "combine", "claim_preset", "claims", "run_label",
+           "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
+           "combine", "claim_preset", "claims", "run_label",
            "budget_override", "preset_label", "paper_number", "encoding_of", "mode_of"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
@@ -118,6 +119,22 @@ def converged(r) -> bool:
   return bool(per) and sum(per) >= CONVERGED_FRAC * len(per)
 
 
+def plateau_of_test_accuracy(r) -> dict:
+  """The second convergence rule's per-seed result (test accuracy within
+  ``stats.TEST_PLATEAU_TOL`` over the last third); {} without metrics."""
+  from pe_spectral import stats
+  if not r.get("records"):
+    return {}
+  return stats.plateau(r["records"], metric=stats.TEST_PLATEAU_METRIC,
+                       tol=stats.TEST_PLATEAU_TOL)
+
+
+def converged_by_test_accuracy(r) -> bool:
+  """The second rule (docs/study.md): >= 2/3 of seeds plateaued in test accuracy."""
+  per = plateau_of_test_accuracy(r).get("per_seed") or []
+  return bool(per) and sum(per) >= CONVERGED_FRAC * len(per)
+
+
 def compare(a, b, *, margin=0.0) -> dict:
   """Paired test of "a beats b by more than margin" on their shared seeds."""
   from pe_spectral import stats
@@ -126,8 +143,10 @@ def compare(a, b, *, margin=0.0) -> dict:
                    seeds_a=a["seeds"], seeds_b=b["seeds"])
   v = stats.verdict(p, margin=margin)
   conv = converged(a) and converged(b)
+  conv2 = converged_by_test_accuracy(a) and converged_by_test_accuracy(b)
   return {**p, "verdict": v if conv else "inconclusive", "converged": conv,
-          "raw_verdict": v}
+          "raw_verdict": v, "converged_test": conv2,
+          "verdict_test_rule": v if conv2 else "inconclusive"}
 
 
 def combine(verdicts) -> str:
@@ -168,7 +187,8 @@ def claims(runs) -> list[dict]:
                 "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
                          "beats every other PE",
                 "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
-                "rows": rows, "verdict": combine([p["verdict"] for _, p in rows])})
+                "rows": rows, "verdict": combine([p["verdict"] for _, p in rows]),
+                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
     full_pe, part_pe = CLAIM_PES["full_rope"], CLAIM_PES["partial_rope"]
     P2 = claim_preset(runs, T1, full_pe, faithful)
     part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
@@ -179,12 +199,14 @@ def claims(runs) -> list[dict]:
       # the claim is "full − partial < margin": the mirror of "full beats partial by > margin"
       flip = {"reproduced": "refuted", "refuted": "reproduced"}
       p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
-           "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"])}
+           "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
+           "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
       rows.append((f"{full_pe} − {part_pe} (k=1)", p))
     out.append({"id": "a2", "mode": mode, "preset": P2,
                 "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                 "paper": "≈ 90 % vs 92.64 %", "rows": rows,
-                "verdict": combine([p["verdict"] for _, p in rows])})
+                "verdict": combine([p["verdict"] for _, p in rows]),
+                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
     P3 = claim_preset(runs, T2, ref_pe, faithful)
     rope2 = find(runs, T2, ref_pe, preset=P3, faithful=faithful)
     mla_pe, nope_pe = CLAIM_PES["task2"]
@@ -198,6 +220,8 @@ def claims(runs) -> list[dict]:
     out.append({"id": "b", "mode": mode, "preset": P3, "claim": "Task 2: MLA > NoPE > RoPE",
                 "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
                 "verdict": combine([p["verdict"] for _, p in rows])
+                if len(rows) == 2 else "not run",
+                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
                 if len(rows) == 2 else "not run"})
     rows = []
     for pe in CLAIM_PES["driver"]:
@@ -207,7 +231,9 @@ def claims(runs) -> list[dict]:
     out.append({"id": "d", "mode": mode, "preset": P3,
                 "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
                 "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
-                "verdict": _driver_verdict(rows) if rows else "not run"})
+                "verdict": _driver_verdict(rows) if rows else "not run",
+                "verdict_test_rule": _driver_verdict(rows, "converged_test")
+                if rows else "not run"})
     dep = {pe: find(runs, T1, pe, preset=DEPOSIT_PRESET, faithful=faithful)
            for pe in (ref_pe, *CLAIM_PES["deposit_absent"], CLAIM_PES["deposit_weaker"])}
     rows = [(pe, deposit_rule(r["ablation"]), r) for pe, r in dep.items()
@@ -217,7 +243,8 @@ def claims(runs) -> list[dict]:
                          f"the ablation damage in {_frac_txt(DEPOSIT_SEED_FRAC)} of {ref_pe} seeds; "
                          "absent in NoPE and ALiBi, weaker in MLA",
                 "paper": "≈ 60 % drop from one layer-1 head of 'rope'",
-                "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe)})
+                "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe),
+                "verdict_test_rule": "—"})  # its rule does not use convergence
   return out
 
 
@@ -225,10 +252,10 @@ def _frac_txt(f) -> str:
   return "≥ 2/3" if abs(f - 2 / 3) < 1e-9 else f"≥ {f:.2f}"
 
 
-def _driver_verdict(rows) -> str:
+def _driver_verdict(rows, key: str = "converged") -> str:
   parts = []
   for name, p in rows:
-    if not p["converged"]:
+    if not p[key]:
       parts.append(f"{name}: not converged")
     elif p["lo"] > 0:
       parts.append(f"{name}: NoPE better")

@@ -31,6 +31,11 @@ __all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
 # rate is still ~28 % of its peak.
 PLATEAU_FRAC = 1.0 / 3.0
 PLATEAU_TOL = 0.01
+# The second rule (docs/study.md), for the first rule's known false negative
+# (a model that keeps memorising while its test accuracy is flat): the same
+# window on *test* accuracy, within 2 points (the test split is noisier).
+TEST_PLATEAU_METRIC = "test_accuracy"
+TEST_PLATEAU_TOL = 0.02
 
 _RESAMPLES = 10_000
 _RNG_SEED = 0

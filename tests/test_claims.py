@@ -89,3 +89,40 @@ def test_compare_is_paired_on_shared_seeds():
   b = _run("nope", 80.0, jitter=0.0, seeds=5)
   p = C.compare(a, b)
   assert p["n"] == 5 and p["mean"] == pytest.approx(10.0) and p["verdict"] == "reproduced"
+
+
+def _with_records(r, train_flat: bool, test_flat: bool, evals=9):
+  """Metrics rows: train/test accuracy either flat over the last third or
+  still moving by 5 points per evaluation there."""
+  seeds = len(r["seeds"])
+  rows = []
+  for e in range(evals):
+    late = max(0, e - 2 * evals // 3)
+    move = lambda flat: 0.0 if flat else 0.05 * late
+    rows.append({"step": e + 1, "examples_seen": 100 * (e + 1),
+                 "train_accuracy": [0.5 + move(train_flat)] * seeds,
+                 "test_accuracy": [0.4 + move(test_flat)] * seeds})
+  return dict(r, records=rows)
+
+
+def test_second_convergence_rule_judges_test_accuracy():
+  """The plateau rule's false negative (NoPE memorising at a flat test
+  accuracy): the second rule (test accuracy within 2 points over the last
+  third) counts it converged; the verdict keeps the first rule, the second
+  is reported beside it."""
+  memorising = _with_records(_run("nope", 10.0, seed=1), train_flat=False, test_flat=True)
+  assert not C.converged(memorising) and C.converged_by_test_accuracy(memorising)
+  rope = _with_records(_run("rope", 97.0), train_flat=True, test_flat=True)
+  learned = _with_records(_run("learned", 90.0, seed=2), train_flat=True, test_flat=True)
+  a = _by_id([rope, memorising, learned], "a")
+  assert a["verdict"] == "inconclusive" and a["verdict_test_rule"] == "reproduced"
+  rising = _with_records(_run("nope", 10.0, seed=1), train_flat=True, test_flat=False)
+  assert C.converged(rising) and not C.converged_by_test_accuracy(rising)
+  a = _by_id([rope, rising, learned], "a")
+  assert a["verdict"] == "reproduced" and a["verdict_test_rule"] == "inconclusive"
+  # a tolerance of 2 points: a last-third wobble of 1.5 points still plateaus
+  wobble = dict(memorising, records=[dict(x, test_accuracy=[v + (0.015 if i == 7 else 0)
+                                                           for v in x["test_accuracy"]])
+                                     for i, x in enumerate(memorising["records"])])
+  assert C.converged_by_test_accuracy(wobble)
+  assert not C.converged_by_test_accuracy(_run("nope", 10.0))  # no metrics: not judged

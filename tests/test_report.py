@@ -117,12 +117,12 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   text = out.read_text()
-  verdicts, presets = {}, {}
+  verdicts, presets, second = {}, {}, {}
   for line in text.splitlines():
     if line.startswith("| ("):
       cells = [c.strip() for c in line.split("|")]
       key = (cells[1].split(")")[0][1:], cells[2])
-      verdicts[key], presets[key] = cells[-2], cells[3]
+      verdicts[key], second[key], presets[key] = cells[-3], cells[-2], cells[3]
       assert cells[4].startswith("3.3 / 9" if key[0] in ("a", "a2", "c") else "1.0 / 100.0")
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
   assert verdicts[("a", "clean")] == "**inconclusive**"
@@ -135,6 +135,9 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert verdicts[("c", "clean")] == "**reproduced**"
   assert "rope: 3/3 seeds; nope: 0/3 seeds; alibi: 0/3 seeds; mla: 0/3 seeds" in text
   assert verdicts[("b", "faithful")] == "**not run**"
+  # the second convergence rule's verdict sits beside each (deposit: its rule has none)
+  assert second[("b", "faithful")] == "not run" and second[("c", "clean")] == "—"
+  assert second[("a", "clean")] in ("reproduced", "inconclusive", "refuted")
   d = [line for line in text.splitlines() if line.startswith("| (d)") and "clean" in line][0]
   assert "nope − rope: NoPE worse" in d and "sinusoidal" not in d  # long runs only
   # per-task table: bootstrap CI inside the data, plateau count, budget vs the paper
