@@ -126,8 +126,9 @@ def default_workdir(task: str, pe: str, preset: str, faithful: bool,
     name += "-faithful"
   if preset != "cpu":
     name += f"-{preset}"
-  shared = {n for (s, n) in configs.overridable_fields()
-            if sum(n == m for (_, m) in configs.overridable_fields()) > 1}
+  import collections
+  count = collections.Counter(n for (_, n) in configs.overridable_fields())
+  shared = {n for n, c in count.items() if c > 1}
   for section, fields in sorted((overrides or {}).items()):
     for field, value in sorted(fields.items()):
       label = f"{section}.{field}" if field in shared else field

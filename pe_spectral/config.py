@@ -164,8 +164,7 @@ def config_fields() -> dict:
 
 def overridable_fields() -> dict:
   """``{(section, field): type text}`` of every field ``--config.*`` sets."""
-  return {(sec, f.name): str(f.type) for sec, cls in SECTIONS.items()
-          for f in dataclasses.fields(cls) if (sec, f.name) not in _NOT_OVERRIDABLE}
+  return {k: t for k, t in config_fields().items() if k not in _NOT_OVERRIDABLE}
 
 
 def parse_override(section: str, name: str, text: str):

@@ -287,9 +287,7 @@ class ModelConfig:
     PE-scoped ones (:data:`PE_SCOPED`) only the PE's own
     (``encoding.config_fields``). What ``config.json`` records;
     ``ModelConfig(**d)`` rebuilds a config that computes the same model."""
-    own = set(self.encoding.config_fields)
-    return {k: v for k, v in dataclasses.asdict(self).items()
-            if k not in PE_SCOPED or k in own}
+    return recorded_fields(dataclasses.asdict(self))
 
 
 # ModelConfig fields that belong to one PE (its ``options``).
@@ -302,6 +300,13 @@ PE_SCOPED = PE_OPTIONS + (
     "rope_heads", "rope_base", "relative_buckets", "relative_max_distance",
     "mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
     "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
+
+
+def recorded_fields(d: dict) -> dict:
+  """A ModelConfig dict (``config.json``'s ``model``) without the PE-scoped
+  fields its PE does not read: what :meth:`ModelConfig.to_dict` records."""
+  own = set(encodings.get(d["pe"]).config_fields)
+  return {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
 
 
 def _drawn(positions) -> bool:

@@ -32,6 +32,13 @@ DISTANCE_FIELDS = ("side_min", "side_max", "mid_min", "mid_max")
 COUNT_FIELDS = ("num_triggers", "count_max")
 
 
+def recorded_fields(d: dict) -> dict:
+  """A TaskConfig dict without the other task's generator fields: what
+  :meth:`TaskConfig.to_dict` records."""
+  drop = COUNT_FIELDS if d.get("name") == "distance" else DISTANCE_FIELDS
+  return {k: v for k, v in d.items() if k not in drop}
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
   """Every knob of a task. Defaults are the paper's Task 1 (``distance``)."""
@@ -102,8 +109,7 @@ class TaskConfig:
     """The fields that apply to this task (a distance run records no
     ``num_triggers``/``count_max``, a count run no segment ranges): what
     ``config.json`` records; ``TaskConfig(**d)`` regenerates the same data."""
-    drop = COUNT_FIELDS if self.name == "distance" else DISTANCE_FIELDS
-    return {k: v for k, v in dataclasses.asdict(self).items() if k not in drop}
+    return recorded_fields(dataclasses.asdict(self))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -110,20 +110,16 @@ def recorded(config: dict) -> dict:
   fields that apply to the run's PE and task (``ModelConfig.to_dict``,
   ``TaskConfig.to_dict``). Files written before that listed every field;
   comparing through this view lets them resume and leaves them untouched."""
-  from pe_spectral import encodings, tasks
-  from pe_spectral.model import PE_SCOPED
+  from pe_spectral import model, tasks
   run = config.get("run")
   if not isinstance(run, dict) or "model" not in run or "task" not in run:
     return config
-  model, task = run["model"], run["task"]
   try:
-    own = set(encodings.get(model["pe"]).config_fields)
+    recorded_model = model.recorded_fields(run["model"])
   except (KeyError, ValueError):
     return config  # an unknown PE: compared as written
-  drop = tasks.COUNT_FIELDS if task.get("name") == "distance" else tasks.DISTANCE_FIELDS
-  run = dict(run, model={k: v for k, v in model.items() if k not in PE_SCOPED or k in own},
-             task={k: v for k, v in task.items() if k not in drop})
-  return dict(config, run=run)
+  return dict(config, run=dict(run, model=recorded_model,
+                               task=tasks.recorded_fields(run["task"])))
 
 
 def remove_unfinished_saves(ckpt_dir: str) -> list[str]:
