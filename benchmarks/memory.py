@@ -90,16 +90,15 @@ def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_exa
              mask_chunk: int = 0):
   """``{name: compiled}`` for one configuration, from shapes only."""
   from pe_spectral import ablation as abl
-  from pe_spectral import train
+  from pe_spectral import speed, train
   num_train = rc.task.num_train
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=num_train, seed_group=seed_group)
+  tr = train.make_steps(rc.model, rc.task, rc.train, num_train, seed_group=seed_group)
   n_eval = eval_examples or (rc.task.num_examples - num_train)
-  out = {"train chunk": train.compile_chunk(tr, seeds, steps=steps),
+  out = {"train chunk": train.compile_chunk(tr, seeds, num_steps=steps),
          "evaluation": train.compile_eval(tr, seeds, n_eval)}
   if ablation:
-    cfg = rc.model
-    masks = abl.head_masks(cfg.num_layers, cfg.num_heads)
-    fn = abl._compile_all_seeds(tr, masks, "head", mask_chunk or None, "shared")
+    fn = abl._all_seeds_program(tr, "head", "single", False, mask_chunk or None, "shared",
+                                speed.enabled())
     out["ablation (all heads)"] = fn.lower(tr.abstract_state(seeds)["params"],
                                            *train.data_shapes(tr, n_eval)).compile()
   return tr, out
@@ -178,14 +177,14 @@ def _run_chunks(tr, rc, seeds: int, reps: int, steps: int):
   The peak is the process's running maximum (``memory_stats``, GPU/TPU only)."""
   import time
   import jax
-  from pe_spectral import tasks
+  from pe_spectral import tasks, train
   data = tasks.generate(rc.task)
-  keys = tr.seed_keys(list(range(seeds)))
-  states = tr.init(keys)
+  keys = train.seed_keys(list(range(seeds)))
+  states, chunk = train.jit_init(tr)(keys), train.jit_chunk(tr)
   best = None
   for i in range(reps + 1):
     t0 = time.perf_counter()
-    states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels, steps)
+    states, losses = chunk(states, keys, data.train_ids, data.train_labels, num_steps=steps)
     jax.block_until_ready(losses)
     if i:
       per_step = (time.perf_counter() - t0) / steps

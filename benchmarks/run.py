@@ -53,7 +53,7 @@ flags.DEFINE_bool("torch", True, "Time the PyTorch eager baseline (needs torch).
 flags.DEFINE_bool("ablation", True, "Time vmapped ablation vs a per-head loop.")
 flags.DEFINE_string("seed_groups", "1,2",
                     "cpu preset: also time the seeds vmapped in groups of these sizes "
-                    "(Trainer seed_group; lax.map over groups).")
+                    "(make_steps seed_group; lax.map over groups).")
 flags.DEFINE_integer("small_batch", 16,
                      "Also time the cpu preset at this batch (0: skip).")
 flags.DEFINE_integer("ablation_examples", 4096,
@@ -71,13 +71,14 @@ def _timed(fn):
   return time.perf_counter() - t, out
 
 
-def _best_chunk_seconds(tr, state, keys, data, steps, reps):
-  """Best wall time of ``reps`` chunks of ``steps`` steps (state threaded through:
-  the chunk donates its input state), and the final state."""
+def _best_chunk_seconds(chunk, state, keys, data, steps, reps):
+  """Best wall time of ``reps`` calls of ``chunk`` (a :func:`train.jit_chunk`)
+  for ``steps`` steps (state threaded through: the chunk donates its input
+  state), and the final state."""
   best = float("inf")
   for _ in range(reps):
-    dt, (state, _) = _timed(lambda: tr.train_chunk(state, keys, data.train_ids,
-                                                   data.train_labels, steps))
+    dt, (state, _) = _timed(lambda: chunk(state, keys, data.train_ids,
+                                          data.train_labels, num_steps=steps))
     best = min(best, dt)
   return best, state
 
@@ -96,12 +97,12 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
   rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch)
   task = rc.task.replace(num_examples=max(4 * batch * (steps + 2), 2000))
   data = tasks.generate(task)
-  tr = train.Trainer(rc.model, task, rc.train, num_train=data.train_ids.shape[0])
-  one = tr.seed_keys([0])
+  tr = train.make_steps(rc.model, task, rc.train, data.train_ids.shape[0])
+  one = train.seed_keys([0])
   # Model FLOPs of one train step (one seed): its matmuls, counted on the jaxpr
   # (benchmarks/flops.py). XLA's cost analysis (every elementwise op) is kept
   # for reference only.
-  state1 = jax.tree.map(lambda x: x[0], tr.init(one))
+  state1 = jax.tree.map(lambda x: x[0], train.jit_init(tr)(one))
   step = lambda s, x, y: tr.train_step(s, x, y, jax.random.key(0))
   x, y = data.train_ids[:batch], data.train_labels[:batch]
   flops = matmul_flops(step, state1, x, y)
@@ -110,18 +111,19 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
   rows = {"xla_cost_analysis_flops_per_step": float(cost.get("flops", float("nan")))}
 
   def measure(label, keys, repeat=1, tr=tr):
+    init, chunk = train.jit_init(tr), train.jit_chunk(tr)
     # Every dispatch is asynchronous: block before each clock starts, or the
     # timed region also runs the tail of the previous (warm-up) call.
-    states = jax.block_until_ready(tr.init(keys))
-    t_compile, (states, _) = _timed(lambda: tr.train_chunk(
-        states, keys, data.train_ids, data.train_labels, steps))
+    states = jax.block_until_ready(init(keys))
+    t_compile, (states, _) = _timed(lambda: chunk(
+        states, keys, data.train_ids, data.train_labels, num_steps=steps))
     total = 0.0
     for r in range(repeat):
-      k = keys if repeat == 1 else tr.seed_keys([r])
-      st = tr.init(k)
-      st, _ = jax.block_until_ready(
-          tr.train_chunk(st, k, data.train_ids, data.train_labels, steps))  # warm
-      total += _best_chunk_seconds(tr, st, k, data, steps, reps)[0]  # shared machine
+      k = keys if repeat == 1 else train.seed_keys([r])
+      st = init(k)
+      st, _ = jax.block_until_ready(chunk(st, k, data.train_ids, data.train_labels,
+                                          num_steps=steps))  # warm
+      total += _best_chunk_seconds(chunk, st, k, data, steps, reps)[0]  # shared machine
     n_seeds = len(keys) * repeat
     ex = n_seeds * steps * batch / total
     rows[label] = {"seed_examples_per_s": ex, "seconds": total,
@@ -131,14 +133,14 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
         f"{100 * rows[label]['mfu']:5.1f}%  first chunk {t_compile:6.1f}s")
 
   measure("1 seed", one)
-  measure(f"{seeds} vmapped", tr.seed_keys(list(range(seeds))))
+  measure(f"{seeds} vmapped", train.seed_keys(list(range(seeds))))
   measure(f"{seeds} sequential", one, repeat=seeds)
   for g in seed_groups:  # vmapped groups of g seeds, lax.map over the groups
-    grouped = train.Trainer(rc.model, task, rc.train, num_train=data.train_ids.shape[0],
-                            seed_group=g)
-    measure(f"{seeds} in groups of {g}", grouped.seed_keys(list(range(seeds))), tr=grouped)
+    grouped = train.make_steps(rc.model, task, rc.train, data.train_ids.shape[0],
+                               seed_group=g)
+    measure(f"{seeds} in groups of {g}", train.seed_keys(list(range(seeds))), tr=grouped)
   rows["flops_per_step"] = flops
-  rows["chunk_traces"] = tr.compiled_chunks()
+  rows["chunk_traces"] = train.jit_chunk(tr)._cache_size()  # programs compiled
   rows["batch"] = batch
   rows["model"] = dataclasses.asdict(rc.model)
   return rows
@@ -159,12 +161,12 @@ def overhead_fit(log, batches, steps=20, preset="cpu", pe="rope"):
     rc = configs.build(preset, "distance", pe, faithful=True, batch_size=b)
     task = rc.task.replace(num_examples=max(4 * b * (steps + 2), 2000))
     data = tasks.generate(task)
-    tr = train.Trainer(rc.model, task, rc.train, num_train=data.train_ids.shape[0])
-    keys = tr.seed_keys([0])
-    st = jax.block_until_ready(tr.init(keys))
-    st, _ = jax.block_until_ready(tr.train_chunk(st, keys, data.train_ids,
-                                                 data.train_labels, steps))
-    times.append(_best_chunk_seconds(tr, st, keys, data, steps, 2)[0] / steps)
+    tr = train.make_steps(rc.model, task, rc.train, data.train_ids.shape[0])
+    chunk, keys = train.jit_chunk(tr), train.seed_keys([0])
+    st = jax.block_until_ready(train.jit_init(tr)(keys))
+    st, _ = jax.block_until_ready(chunk(st, keys, data.train_ids, data.train_labels,
+                                        num_steps=steps))
+    times.append(_best_chunk_seconds(chunk, st, keys, data, steps, 2)[0] / steps)
   c, t0 = np.polyfit(np.asarray(batches, float), np.asarray(times), 1)
   bound = {b: (t0 + c * b) / (c * b) for b in batches}
   per_ex = {b: t / b for b, t in zip(batches, times)}
@@ -204,9 +206,9 @@ def ablation_rows(log, preset: str, seeds: int, examples: int):
   from pe_spectral import ablation, tasks, train
   rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(rc.model, rc.task, rc.train.replace(eval_batch_size=min(256, examples)),
-                     num_train=data.train_ids.shape[0])
-  params = tr.init(tr.seed_keys(list(range(seeds))))["params"]
+  tr = train.make_steps(rc.model, rc.task, rc.train.replace(eval_batch_size=min(256, examples)),
+                        data.train_ids.shape[0])
+  params = train.jit_init(tr)(train.seed_keys(list(range(seeds))))["params"]
   ids, labels = data.test_ids[:examples], data.test_labels[:examples]
   times = {}
   for method in ("shared", "masked"):

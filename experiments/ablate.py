@@ -90,7 +90,7 @@ def main(argv):
 
 def analyse(wd: str) -> int:
   """Analyses one workdir; 0, or 2 after a one-line error."""
-  from pe_spectral import ablation, plotting, runner, stats
+  from pe_spectral import ablation, devices, plotting, runner, stats
   t0 = time.time()
   with open(os.path.join(wd, "config.json")) as f:  # refused before any restore
     num_seeds = len(json.load(f)["seeds"])
@@ -99,7 +99,8 @@ def analyse(wd: str) -> int:
           f"{num_seeds} seeds", file=sys.stderr)
     return 2
   try:
-    config, rc, trainer, states, data, step = runner.load_run(wd, seed_group=FLAGS.seed_group)
+    config, rc, steps, states, data, step, mesh = runner.load_run(
+        wd, seed_group=FLAGS.seed_group)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -112,8 +113,8 @@ def analyse(wd: str) -> int:
       print(f"note: --examples={FLAGS.examples} exceeds the split's {ids.shape[0]} examples; "
             "using all of them", file=sys.stderr)
     ids, labels = ids[:FLAGS.examples], labels[:FLAGS.examples]
-  ids, labels = trainer.replicate((ids, labels))
-  res = ablation.ablate_heads(trainer, states["params"], ids, labels,
+  ids, labels = devices.replicate((ids, labels), mesh)
+  res = ablation.ablate_heads(steps, states["params"], ids, labels,
                               mode=FLAGS.mode, leak=FLAGS.leak,
                               mask_chunk=FLAGS.mask_chunk, method=FLAGS.method)
   dep = ablation.deposit_scores(res["baseline"], res["ablated"])
@@ -156,12 +157,12 @@ def analyse(wd: str) -> int:
           f"each seed's largest drop {dm:.1f} [{dlo:.1f}, {dhi:.1f}]; deposit score "
           f"{sm:.2f} [{slo:.2f}, {shi:.2f}]")
   if FLAGS.frequencies:
-    return analyse_frequencies(wd, trainer, states, ids, labels, config, rc, step,
+    return analyse_frequencies(wd, steps, states, ids, labels, config, rc, step,
                                dep["argmax_head"], name)
   return 0
 
 
-def analyse_frequencies(wd, trainer, states, ids, labels, config, rc, step, deposit_head,
+def analyse_frequencies(wd, steps, states, ids, labels, config, rc, step, deposit_head,
                         name) -> int:
   """Frequency-band knock-outs beside the head ablation ``name``."""
   from pe_spectral import ablation, plotting
@@ -170,7 +171,7 @@ def analyse_frequencies(wd, trainer, states, ids, labels, config, rc, step, depo
     # L*H*P masks per seed: all of a layer's masks at once needed 45 GB for
     # 8 seeds x 2,000 examples at the cpu preset; 2 at a time fit in a few GB
     chunk = FLAGS.mask_chunk if FLAGS.mask_chunk is not None else 2
-    res = ablation.ablate_frequencies(trainer, states["params"], ids, labels,
+    res = ablation.ablate_frequencies(steps, states["params"], ids, labels,
                                       mask_chunk=chunk, method=FLAGS.method)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -50,9 +50,9 @@ def main(argv):
 
 def analyse(wd: str) -> int:
   """Analyses one workdir; 0, or 2 after a one-line error."""
-  from pe_spectral import decompose, plotting, runner
+  from pe_spectral import decompose, devices, plotting, runner
   try:
-    config, rc, trainer, states, data, step = runner.load_run(wd)
+    config, rc, steps, states, data, step, _ = runner.load_run(wd)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -61,14 +61,14 @@ def analyse(wd: str) -> int:
     print(f"note: --examples={FLAGS.examples}, but {wd}'s test split has "
           f"{ids.shape[0]} examples: decomposing all {ids.shape[0]}", file=sys.stderr,
           flush=True)
-  summ = decompose.summarize(trainer.graphdef, states["params"], ids, rc.model.num_layers)
-  ratio = np.stack([trainer.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]
-  stable = np.stack([trainer.fetch(s["measures"]["stable_rank"]) for s in summ], 2)
-  spread = np.stack([trainer.fetch(s["measures"]["spread"]) for s in summ], 2)
-  defect = np.stack([trainer.fetch(s["measures"]["toeplitz_defect"]) for s in summ], 2)
-  bias_spread = np.stack([trainer.fetch(s["bias_spread"]) for s in summ], 2)
-  nobias_spread = np.stack([trainer.fetch(s["without_bias_spread"]) for s in summ], 2)
-  terms = {k: np.stack([trainer.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
+  summ = decompose.summarize(steps.graphdef, states["params"], ids, rc.model.num_layers)
+  ratio = np.stack([devices.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]
+  stable = np.stack([devices.fetch(s["measures"]["stable_rank"]) for s in summ], 2)
+  spread = np.stack([devices.fetch(s["measures"]["spread"]) for s in summ], 2)
+  defect = np.stack([devices.fetch(s["measures"]["toeplitz_defect"]) for s in summ], 2)
+  bias_spread = np.stack([devices.fetch(s["bias_spread"]) for s in summ], 2)
+  nobias_spread = np.stack([devices.fetch(s["without_bias_spread"]) for s in summ], 2)
+  terms = {k: np.stack([devices.fetch(s["term_norms"][k]) for s in summ], 2).mean((0, 1))
            for k in summ[0]["term_norms"]}  # MLA adds its content/rotary channels
   alibi_ratio = None
   enc = rc.model.encoding
@@ -102,9 +102,9 @@ def analyse(wd: str) -> int:
       "bias_spread_median": np.median(bias_spread, axis=1).tolist(),
       "without_bias_spread_median": np.median(nobias_spread, axis=1).tolist(),
       "term_norm_mean": {k: v.tolist() for k, v in terms.items()},  # [L, H]
-      "additive_residual_max": float(max(np.max(trainer.fetch(s["additive_residual"]))
+      "additive_residual_max": float(max(np.max(devices.fetch(s["additive_residual"]))
                                          for s in summ)),
-      "hadamard_residual_max": (float(max(np.max(trainer.fetch(s["hadamard_residual"]))
+      "hadamard_residual_max": (float(max(np.max(devices.fetch(s["hadamard_residual"]))
                                           for s in summ))
                                 if "hadamard_residual" in summ[0] else None),
   }

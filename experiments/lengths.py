@@ -131,9 +131,9 @@ def predictions(cfg, params, n: int, train_len: int) -> dict:
 def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
                      rope_scaling: str, log=print) -> dict:
   """The ``lengths.json`` dict of one workdir (see module docstring)."""
-  from pe_spectral import runner, stats, tasks
-  from pe_spectral.train import Trainer, seed_mesh
-  config, rc, trainer, states, data, step = runner.load_run(wd)
+  from pe_spectral import devices, runner, stats, tasks, train
+  run = runner.load_run(wd)
+  config, rc, states, data, step = run.config, run.rc, run.states, run.data, run.step
   if shift and rc.model.faithful:
     raise ValueError("--shift needs a clean run: faithful models do not mask "
                      "padding, so pad tokens would change the content")
@@ -159,13 +159,13 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
     if rope_scaling != "none":
       model = model.replace(rope_scaling=rope_scaling, rope_scaling_factor=max(
           1.0, ids.shape[1] / train_len), rope_scaling_original_len=train_len)
-    tr = Trainer(model, rc.task, rc.train, num_train=trainer.num_train,
-                 mesh=seed_mesh(len(seeds)))
+    evaluate = train.jit_evaluate(train.make_steps(model, rc.task, rc.train,
+                                                   run.steps.num_train))
     row = {"factor": f, "seq_len": n, "input_len": int(ids.shape[1]),
            "num_examples": int(ids.shape[0])}
     try:
-      acc, _ = tr.evaluate(states, *tr.replicate((ids, labels)))
-      acc = tr.fetch(acc)
+      acc, _ = evaluate(states["params"], *devices.replicate((ids, labels), run.mesh))
+      acc = devices.fetch(acc)
       mean, lo, hi = stats.bootstrap_mean_ci(acc)
       row.update(accuracy=acc.tolist(), mean=mean, ci95=[lo, hi], error=None)
       msg = f"{100 * mean:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]"

@@ -29,12 +29,14 @@ recomputed under the mask).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "frequency_masks",
@@ -76,29 +78,29 @@ def _chunked_vmap(fn, xs, chunk: Optional[int]):
   return out.reshape((n_chunks * chunk,) + out.shape[2:])[:n]
 
 
-def _masked_accuracies(trainer, p, ids, labels, masks, chunk, kind):
+def _masked_accuracies(steps, p, ids, labels, masks, chunk, kind):
   """Reference path: the full masked model per mask. ``masks [n, L, H]``
   (``kind="head"``: factors on head outputs) or ``[n, L, H, P]``
   (``kind="freq"``: factors on rotation angles). ``(baseline, [n])``."""
-  acc_of = lambda m: trainer.evaluate_params(p, ids, labels, **{f"{kind}_mask": m})[0]
+  acc_of = lambda m: steps.evaluate_params(p, ids, labels, **{f"{kind}_mask": m})[0]
   return acc_of(jnp.ones(masks.shape[1:])), _chunked_vmap(acc_of, masks, chunk)
 
 
-def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk, kind):
+def _shared_accuracies(steps, p, ids, labels, layer_masks, chunk, kind):
   """Prefix-shared path. ``layer_masks [L, M, ...]``: mask factors on layer
   l only (other layers intact): head factors ``[H]`` (``kind="head"``) or
   rotation factors ``[H, P]`` (``kind="freq"``). The un-ablated pass runs
   once per batch; a knock-out in layer l reuses its input to layer l (and, for
   a head knock-out, the layer's head outputs) and recomputes only layers >= l.
   Returns ``(baseline, [L, M])``."""
-  ids_b, labels_b, real_b = trainer.eval_batches(ids, labels)
+  ids_b, labels_b, real_b = steps.eval_batches(ids, labels)
 
   def one(args):
     x, y, real, b = args
     # the compute dtype of evaluate_params (the masked path), so both agree
-    model = model_lib.merge_for_compute(trainer.graphdef, p)
-    hits = lambda logits: trainer.score(logits, y, real)[0]
-    ctx = model.context(x, position_key=trainer.eval_position_key(b))
+    model = model_lib.merge_for_compute(steps.graphdef, p)
+    hits = lambda logits: steps.score(logits, y, real)[0]
+    ctx = model.context(x, position_key=steps.eval_position_key(b))
     e = model.embed_inputs(x, ctx["positions"])
     blocks = list(model.blocks)
     xs, outs = [e], []
@@ -116,7 +118,7 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk, kind):
           h = later(h, e, **ctx, head_mask=None, key=None)
         return hits(model.classify(h, x))
       per_layer.append(_chunked_vmap(run, layer_masks[l], chunk))
-    correct, _, count = trainer.score(model.classify(xs[-1], x), y, real)
+    correct, _, count = steps.score(model.classify(xs[-1], x), y, real)
     return correct, jnp.stack(per_layer), count
 
   base, abl, count = jax.lax.map(one, (ids_b, labels_b, real_b,
@@ -125,34 +127,49 @@ def _shared_accuracies(trainer, p, ids, labels, layer_masks, chunk, kind):
   return base.sum() / count, abl.sum(0) / count
 
 
-def _compile_all_seeds(trainer, masks, kind, mask_chunk, method):
-  """The jitted all-seeds ablation over ``masks [L * M, L, ...]`` (mask i
-  differs from all-ones in layer ``i // M`` only, as :func:`head_masks`
-  without ``leak`` and :func:`frequency_masks` build them, when ``method`` is
-  ``"shared"``). The callers keep it on the trainer (``Trainer.memo``), so
-  repeated calls (several splits, a benchmark) reuse its compilation."""
-  L = trainer.model_cfg.num_layers
+def _masks(steps, kind: str, mode: str, leak: bool):
+  """The knock-out masks of ``kind`` for this model (:func:`head_masks`,
+  :func:`frequency_masks`)."""
+  cfg = steps.model_cfg
+  if kind == "head":
+    return head_masks(cfg.num_layers, cfg.num_heads, mode=mode, leak=leak)
+  return frequency_masks(cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
+
+
+@functools.lru_cache(maxsize=64)
+def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, method: str,
+                       fast: bool):
+  """The jitted all-seeds ablation ``(params, ids, labels) -> (baseline,
+  ablated)`` over the masks of ``kind`` (mask i differs from all-ones in
+  layer ``i // M`` only, as :func:`head_masks` without ``leak`` and
+  :func:`frequency_masks` build them, when ``method`` is ``"shared"``).
+  Cached on the frozen configs (``steps``), the options and the speed layer's
+  switch (read while tracing), so repeated calls (several splits, a
+  benchmark) reuse its compilation."""
+  del fast  # a cache key only
+  masks = _masks(steps, kind, mode, leak)
+  L = steps.model_cfg.num_layers
   if method == "shared":
     m = masks.shape[0] // L
     layer_masks = masks.reshape((L, m) + masks.shape[1:])[jnp.arange(L), :, jnp.arange(L)]
     per_seed = lambda p, ids, labels: _shared_accuracies(
-        trainer, p, ids, labels, layer_masks, mask_chunk, kind)
+        steps, p, ids, labels, layer_masks, mask_chunk, kind)
   else:
     per_seed = lambda p, ids, labels: _masked_accuracies(
-        trainer, p, ids, labels, masks, mask_chunk, kind)
+        steps, p, ids, labels, masks, mask_chunk, kind)
   all_seeds = jax.vmap(per_seed, in_axes=(0, None, None))
-  # seeds vmapped ``trainer.seed_group`` at a time, like its training and evaluation
-  return jax.jit(lambda p, ids, labels: trainer.by_seed_group(
+  # seeds vmapped ``steps.seed_group`` at a time, like its training and evaluation
+  return jax.jit(lambda p, ids, labels: steps.by_seed_group(
       lambda q: all_seeds(q, ids, labels), p))
 
 
-def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
+def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
                  leak: bool = False, mask_chunk: Optional[int] = None,
                  method: str = "shared") -> dict:
   """Accuracy under every head knock-out, for every seed, in one compiled call.
 
   Args:
-    trainer: the run's :class:`pe_spectral.train.Trainer` (model, label rule).
+    steps: the run's :class:`pe_spectral.train.Steps` (model, label rule).
     params: seed-stacked parameters (``state['params']``).
     ids, labels: evaluation data (raw labels).
     mode, leak: see :func:`head_masks`.
@@ -168,13 +185,11 @@ def ablate_heads(trainer, params, ids, labels, *, mode: str = "single",
     raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
   if leak and method == "shared":
     method = "masked"  # the leak touches earlier layers: no prefix to share
-  cfg = trainer.model_cfg
-  fn = trainer.memo(("ablate_heads", mode, leak, mask_chunk, method),
-                    lambda: _compile_all_seeds(
-                        trainer, head_masks(cfg.num_layers, cfg.num_heads, mode=mode, leak=leak),
-                        "head", mask_chunk, method))
+  head_masks(1, 1, mode=mode, leak=leak)  # the option checks, before anything compiles
+  cfg = steps.model_cfg
+  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, method, speed.enabled())
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
-  base, abl = trainer.fetch(base), trainer.fetch(abl)
+  base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
 
 
@@ -210,7 +225,7 @@ def frequency_masks(num_layers: int, num_heads: int, num_pairs: int) -> jnp.ndar
   return 1.0 - jnp.eye(n, dtype=jnp.float32).reshape(n, num_layers, num_heads, num_pairs)
 
 
-def ablate_frequencies(trainer, params, ids, labels, *, mask_chunk: Optional[int] = None,
+def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] = None,
                        method: str = "shared") -> dict:
   """Accuracy with each (layer, head, rotary pair)'s rotation switched off
   (θ_k -> 0), for every seed, in one compiled call.
@@ -222,13 +237,11 @@ def ablate_frequencies(trainer, params, ids, labels, *, mask_chunk: Optional[int
   from pe_spectral.model import check_freq_mask
   if method not in ("shared", "masked"):
     raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
-  cfg = trainer.model_cfg
+  cfg = steps.model_cfg
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
   check_freq_mask(cfg, jnp.ones((L, H, P)))
-  fn = trainer.memo(("ablate_frequencies", mask_chunk, method),
-                    lambda: _compile_all_seeds(trainer, frequency_masks(L, H, P), "freq",
-                                               mask_chunk, method))
+  fn = _all_seeds_program(steps, "freq", "single", False, mask_chunk, method, speed.enabled())
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
-  base, abl = trainer.fetch(base), trainer.fetch(abl)
+  base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),
           "frequencies": np.asarray(cfg.rotary_frequencies(), np.float64)}

@@ -93,7 +93,7 @@ class Checkpointer:
     directory: where the step folders live (created).
     max_to_keep: how many steps are kept.
     fetch: turns a (possibly multi-process sharded) array into a host NumPy
-      array (``Trainer.fetch``); default ``np.asarray``.
+      array (``devices.fetch``); default ``np.asarray``.
   """
 
   def __init__(self, directory: str, *, max_to_keep: int = 2,

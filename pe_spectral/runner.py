@@ -24,6 +24,7 @@ uninterrupted run exactly (batch order and dropout are functions of
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -33,10 +34,11 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import numpy as np
 
-from pe_spectral import plotting, stats, tasks
+from pe_spectral import devices, plotting, stats, tasks
+from pe_spectral import train as train_lib
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.model import check_token_ids
-from pe_spectral.train import Trainer, auto_seed_group, seed_mesh
+from pe_spectral.train import Steps, auto_seed_group, make_steps, seed_mesh
 from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_workdir,
                                  config_diff, json_safe, lock_holder, read_jsonl,
                                  remove_unfinished_saves, truncate_jsonl, workdir_lock,
@@ -63,12 +65,12 @@ def _notify_stderr(msg: str) -> None:
   print(msg, file=sys.stderr, flush=True)
 
 
-def _spectra_record(trainer, states, probe_ids, step: int) -> dict:
+def _spectra_record(steps, states, probe_ids, step: int) -> dict:
   """Per-layer/head spectral measures (median over the probe examples) per seed."""
   from pe_spectral import decompose
-  summ = decompose.summarize(trainer.graphdef, states["params"], probe_ids,
-                             trainer.model_cfg.num_layers)
-  med = lambda f: np.stack([np.median(trainer.fetch(f(s)), axis=1) for s in summ],
+  summ = decompose.summarize(steps.graphdef, states["params"], probe_ids,
+                             steps.model_cfg.num_layers)
+  med = lambda f: np.stack([np.median(devices.fetch(f(s)), axis=1) for s in summ],
                            1).tolist()  # [seeds, layers, heads]
   return {"step": step,
           "contraction_ratio": med(lambda s: s["contraction_ratio"]),
@@ -83,39 +85,38 @@ def _spectra_record(trainer, states, probe_ids, step: int) -> dict:
 CURVATURE_ITERS, CURVATURE_TRACE_SAMPLES = 10, 0
 
 
-def curvature_fn(trainer, *, k: int = 1, num_iters: int = CURVATURE_ITERS,
+@functools.lru_cache(maxsize=64)
+def curvature_fn(steps: Steps, *, k: int = 1, num_iters: int = CURVATURE_ITERS,
                  trace_samples: int = CURVATURE_TRACE_SAMPLES):
   """The jitted ``(params, opt_state, ids, labels, key) -> per-seed curvature``
-  for this trainer's loss in eval mode (no dropout), vmapped over seeds; traced
-  on the reference path (forward mode needs it; ``speed.reference``)."""
+  of ``steps.loss`` in eval mode (no dropout), vmapped over seeds; traced
+  on the reference path (forward mode needs it; ``speed.reference``), and
+  cached on the frozen configs (``steps``) and the options."""
   from pe_spectral import curvature, speed
-  tc = trainer.train_cfg
+  tc = steps.train_cfg
 
   def one(params, opt_state, ids, labels, key):
-    loss = lambda p: trainer.loss_fn(p, ids, labels)[0]
+    loss = lambda p: steps.loss(p, ids, labels)[0]
     return curvature.curvature_summary(loss, params, opt_state, b1=tc.b1, b2=tc.b2,
                                        eps=tc.eps, key=key, k=k, num_iters=num_iters,
                                        trace_samples=trace_samples)
 
-  def build():
-    vm = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None, None)))
+  vm = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None, None)))
 
-    def call(*args):
-      with speed.reference():  # the switch is read while tracing
-        return vm(*args)
-    return call
-
-  return trainer.memo(("curvature", k, num_iters, trace_samples), build)
+  def call(*args):
+    with speed.reference():  # the switch is read while tracing
+      return vm(*args)
+  return call
 
 
-def _curvature_record(trainer, states, ids, labels, step: int) -> dict:
+def _curvature_record(steps, states, ids, labels, step: int) -> dict:
   """Curvature of the training loss on fixed training examples, per seed."""
-  fn = curvature_fn(trainer)
+  fn = curvature_fn(steps)
   # the same probe directions at every evaluation and for every seed
   out = fn(states["params"], states["opt_state"], ids, labels, jax.random.key(0xC0DE))
   rec = {"step": step}
   for name, val in out.items():
-    rec[name] = json_safe(trainer.fetch(val).tolist())
+    rec[name] = json_safe(devices.fetch(val).tolist())
   return rec
 
 
@@ -206,9 +207,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       seed_group = None if mesh is not None else auto_seed_group(
           rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
           notify=notify)
-    trainer = Trainer(rc.model, rc.task, rc.train, num_train=num_train, mesh=mesh,
-                      seed_group=seed_group if mesh is None else None)
-    return _checked_run(rc, seeds, workdir, trainer, data, config, paths,
+    steps = make_steps(rc.model, rc.task, rc.train, num_train,
+                       seed_group=seed_group if mesh is None else None)
+    return _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths,
                         eval_every=eval_every, resume=resume,
                         max_to_keep=max_to_keep, record_spectra=record_spectra,
                         record_curvature=record_curvature, progress=progress,
@@ -216,32 +217,35 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                         notify=notify, t_start=t_start)
 
 
-def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every,
+def _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths, *, eval_every,
                  resume, max_to_keep, record_spectra, record_curvature, progress,
                  should_stop, on_checkpoint, notify, t_start) -> dict:
   """:func:`run` once the workdir is locked: config checks, resume, train, files."""
   writer = jax.process_index() == 0
-  total = trainer.total_steps
+  total = steps.total_steps
   num_train = data.train_ids.shape[0]
   if total != config["total_steps"]:
-    raise AssertionError(f"trainer has {total} steps, the config {config['total_steps']}")
+    raise AssertionError(f"the steps have {total} steps, the config {config['total_steps']}")
+  init, chunk, evaluate = (train_lib.jit_init(steps), train_lib.jit_chunk(steps),
+                           train_lib.jit_evaluate(steps))
+  fetch = devices.fetch
 
-  keys = trainer.shard(trainer.seed_keys(seeds))
+  keys = devices.shard(train_lib.seed_keys(seeds), mesh)
   n_sub = min(rc.train.train_eval_examples, num_train)
   train_ids, train_labels, test_ids, test_labels, sub_ids, sub_labels = (
-      trainer.replicate((data.train_ids, data.train_labels, data.test_ids,
+      devices.replicate((data.train_ids, data.train_labels, data.test_ids,
                          data.test_labels, data.train_ids[:n_sub],
-                         data.train_labels[:n_sub])))
+                         data.train_labels[:n_sub]), mesh))
 
   unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and resume else []
-  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=trainer.fetch)
+  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=fetch)
   try:
     step, elapsed = 0, 0.0
     kept_steps = ckpt.all_steps() if resume else []
     if kept_steps:
       try:
         states, meta, step, skipped = ckpt.restore_verified(
-            trainer.abstract_state(len(seeds)))
+            steps.abstract_state(len(seeds), mesh))
       except CheckpointError as e:
         raise CheckpointError(f"{e}; pass --noresume to start {workdir} over") from None
       if skipped and writer:
@@ -253,7 +257,7 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
              + (f" (skipped: {'; '.join(why)})" if why else ""))
       records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
     else:
-      states = trainer.init(keys)
+      states = init(keys)
       records = []
       if unfinished:
         notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
@@ -273,16 +277,16 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
     while step < total:
       t0 = time.time()
       k = min(eval_every, total - step)
-      states, losses = trainer.train_chunk(states, keys, train_ids, train_labels, k)
+      states, losses = chunk(states, keys, train_ids, train_labels, num_steps=k)
       # A jitted call traces and compiles before it returns; the execution
       # itself is asynchronous (``fetch`` waits for it, polling, so that
       # Ctrl-C is handled at once). The calls' own time is compilation.
       compile_s = time.time() - t0
-      losses = trainer.fetch(losses)  # [seeds, k]
+      losses = fetch(losses)  # [seeds, k]
       # Losses are measured before each update, so the last update of a chunk
       # can break the state with every loss finite: check the state as well,
       # and never save a checkpoint that is not finite.
-      ok = np.isfinite(losses).all(1) & trainer.fetch(trainer.finite(states))
+      ok = np.isfinite(losses).all(1) & fetch(train_lib.finite(states))
       if not ok.all():
         bad = [s for s, good in zip(seeds, ok) if not good]
         last_good = ckpt.latest_step()
@@ -294,14 +298,14 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
             f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
       step += k
       t1 = time.time()
-      test_eval = trainer.evaluate(states, test_ids, test_labels)
-      train_eval = trainer.evaluate(states, sub_ids, sub_labels)[0]
+      test_eval = evaluate(states["params"], test_ids, test_labels)
+      train_eval = evaluate(states["params"], sub_ids, sub_labels)[0]
       compile_s += time.time() - t1
-      test_acc, test_loss = map(trainer.fetch, test_eval)
-      train_acc = trainer.fetch(train_eval)
+      test_acc, test_loss = map(fetch, test_eval)
+      train_acc = fetch(train_eval)
       dt = time.time() - t0
       elapsed += dt
-      rec = {"step": step, "epoch": step / trainer.steps_per_epoch,
+      rec = {"step": step, "epoch": step / steps.steps_per_epoch,
              "examples_seen": step * rc.train.batch_size,  # per seed
              "train_loss": losses.mean(1).tolist(),
              "test_loss": np.asarray(test_loss).tolist(),
@@ -319,12 +323,12 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
                               "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
       t_rec = time.time()
       if record_spectra:
-        spec = _spectra_record(trainer, states, probe_ids, step)
+        spec = _spectra_record(steps, states, probe_ids, step)
         if writer:
           with open(paths["spectra"], "a") as f:
             f.write(json.dumps(spec) + "\n")
       if record_curvature:
-        curv = _curvature_record(trainer, states, curv_ids, curv_labels, step)
+        curv = _curvature_record(steps, states, curv_ids, curv_labels, step)
         if writer:
           with open(paths["curvature"], "a") as f:
             f.write(json.dumps(curv, allow_nan=False) + "\n")
@@ -387,26 +391,27 @@ def _checked_run(rc, seeds, workdir, trainer, data, config, paths, *, eval_every
 
 
 class LoadedRun(NamedTuple):
-  """A trained run as :func:`load_run` restores it (unpacks as a 6-tuple)."""
+  """A trained run as :func:`load_run` restores it."""
   config: dict        # config.json
   rc: Any             # config.RunConfig
-  trainer: Trainer
+  steps: Steps        # its pure functions (train.make_steps)
   states: Any         # seed-stacked train state of the checkpoint
   data: Any           # tasks.Dataset, regenerated from the config
   step: int           # the checkpoint's step
+  mesh: Any           # the seeds' device mesh (None on one device)
 
 
 def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
              seed_group: Optional[int] = None) -> LoadedRun:
-  """Reloads a trained run as a :class:`LoadedRun` (config, rc, trainer,
-  states, data, step).
+  """Reloads a trained run as a :class:`LoadedRun` (config, rc, steps,
+  states, data, step, mesh).
 
   The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is regenerated from its ``data_seed`` (deterministic), the
   state restored from the newest checkpoint that verifies (shapes, finite,
   checksum; ``Checkpointer.restore_verified``). One line goes to ``notify``:
   the step analysed, any skipped newer checkpoint, and a warning when the run
   is still training or has not finished. With no usable checkpoint,
-  :class:`CheckpointError`. ``seed_group``: the trainer's (its evaluation and
+  :class:`CheckpointError`. ``seed_group``: the steps' (their evaluation and
   the ablation vmap that many seeds at a time; a memory option, single device).
   """
   with open(os.path.join(workdir, "config.json")) as f:
@@ -416,16 +421,16 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   data = tasks.generate(rc.task)
   seeds = config["seeds"]
   mesh = seed_mesh(len(seeds))
-  trainer = Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                    mesh=mesh, seed_group=seed_group if mesh is None else None)
+  steps = make_steps(rc.model, rc.task, rc.train, data.train_ids.shape[0],
+                     seed_group=seed_group if mesh is None else None)
   if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
     raise CheckpointError(f"no checkpoint under {workdir}/ckpt")
-  ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=trainer.fetch)
+  ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=devices.fetch)
   try:
-    states, _, step, skipped = ckpt.restore_verified(trainer.abstract_state(len(seeds)))
+    states, _, step, skipped = ckpt.restore_verified(steps.abstract_state(len(seeds), mesh))
   finally:
     ckpt.close()
-  total = config.get("total_steps", trainer.total_steps)
+  total = config.get("total_steps", steps.total_steps)
   line = f"{workdir}: analysing the checkpoint of step {step} of {total}"
   if skipped:
     line += " (skipped: " + "; ".join(skipped) + ")"
@@ -437,4 +442,4 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
     line += ("; WARNING: the run has not finished (rerun its sweep command to finish it): "
              "these numbers are of a partly trained model")
   notify(line)
-  return LoadedRun(config, rc, trainer, states, data, step)
+  return LoadedRun(config, rc, steps, states, data, step, mesh)

@@ -1,5 +1,11 @@
 """Pure training and evaluation steps, chunked and vmapped over seeds.
 
+``make_steps(model_cfg, task_cfg, train_cfg, num_train)`` returns a
+:class:`Steps`: an immutable bundle of pure functions (``init``, ``chunk``,
+``evaluate``, ``evaluate_params``, ``loss``, ``score``) that callers jit and
+vmap; ``jit_init``/``jit_chunk``/``jit_evaluate`` are the compiled programs,
+cached on the frozen configs. Device placement lives in ``devices.py``.
+
 A run is ``init`` (one parameter set per seed, ``jax.vmap`` over keys), then a
 Python loop over *chunks*: each chunk is one compiled ``lax.scan`` over K
 optimizer steps, ``jax.jit(jax.vmap(...))`` over the seed axis, so every seed
@@ -25,17 +31,17 @@ import os
 import warnings
 from typing import Any, Callable, Optional
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from pe_spectral import devices
+from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
 from pe_spectral.devices import seed_mesh, wait_ready  # noqa: F401  (re-exported)
 from pe_spectral.tasks import TaskConfig
 
-__all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Trainer",
+__all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Steps",
+           "make_steps", "seed_keys", "finite", "jit_init", "jit_chunk", "jit_evaluate",
            "data_shapes", "compile_chunk", "compile_eval", "chunk_bytes", "eval_bytes",
            "group_bytes", "choose_seed_group", "device_memory_limit", "auto_seed_group",
            "seed_mesh"]
@@ -133,95 +139,77 @@ def lr_schedule(cfg: TrainConfig, total_steps: int):
   return schedule
 
 
-class Trainer:
-  """Compiled, seed-vmapped training/evaluation for one (model, task, train) config.
+@dataclasses.dataclass(frozen=True)
+class Steps:
+  """The pure functions of one (model, task, train) configuration.
 
-  Static configuration lives here; everything per-seed (params, optimizer
-  state, keys) is a traced array with a leading seed axis.
+  Build it with :func:`make_steps`. It holds only frozen configuration and
+  what follows from it (the label rule, the optimiser, the model's graph
+  definition); every per-seed value (parameters, optimiser state, keys) is an
+  argument. Nothing here is jitted or placed on a device: callers jit and vmap
+  the functions (:func:`jit_init`, :func:`jit_chunk`, :func:`jit_evaluate`
+  are the cached programs the runner uses), as purejaxrl's ``make_train``
+  leaves ``jax.jit(jax.vmap(train))`` to its caller.
+
+  ``seed_group``: vmap this many seeds at a time in :meth:`chunk` and
+  :meth:`evaluate`, the groups one after another in the same program (None:
+  all at once).
   """
+  model_cfg: model_lib.ModelConfig
+  task_cfg: TaskConfig
+  train_cfg: TrainConfig
+  num_train: int
+  seed_group: Optional[int] = None
+  # derived from the fields above (not part of equality or the hash)
+  rule: LabelRule = dataclasses.field(init=False, compare=False, repr=False)
+  steps_per_epoch: int = dataclasses.field(init=False, compare=False, repr=False)
+  total_steps: int = dataclasses.field(init=False, compare=False, repr=False)
+  tx: Any = dataclasses.field(init=False, compare=False, repr=False)
+  graphdef: Any = dataclasses.field(init=False, compare=False, repr=False)
 
-  def __init__(self, model_cfg: model_lib.ModelConfig, task_cfg: TaskConfig,
-               train_cfg: TrainConfig, *, num_train: int, mesh=None,
-               max_chunk_traces: Optional[int] = None,
-               seed_group: Optional[int] = None):
-    self.model_cfg = model_cfg
-    self.task_cfg = task_cfg
-    self.train_cfg = train_cfg
-    self.rule = label_rule(task_cfg, model_cfg)
-    if model_cfg.num_classes != self.rule.num_classes:
+  def __post_init__(self):
+    rule = label_rule(self.task_cfg, self.model_cfg)
+    if self.model_cfg.num_classes != rule.num_classes:
       raise ValueError(
-          f"model num_classes {model_cfg.num_classes} != {self.rule.num_classes} "
+          f"model num_classes {self.model_cfg.num_classes} != {rule.num_classes} "
           f"required by the task's label rule")
-    self.num_train = num_train
-    self.steps_per_epoch = train_cfg.steps_per_epoch(num_train)
-    self.total_steps = train_cfg.total_steps(num_train)
-    self.schedule = lr_schedule(train_cfg, self.total_steps)
-    self.tx = optax.adamw(self.schedule, b1=train_cfg.b1, b2=train_cfg.b2,
-                          eps=train_cfg.eps, weight_decay=train_cfg.weight_decay)
-    self.graphdef = jax.eval_shape(
-        lambda: model_lib.init_model(model_cfg, jax.random.key(0)))[0]
-    if seed_group is not None and seed_group < 1:
-      raise ValueError(f"seed_group must be >= 1, got {seed_group}")
-    if seed_group is not None and mesh is not None:
-      raise ValueError("seed_group applies to a single device (with a mesh, "
-                       "each device already runs its own seeds)")
-    self.seed_group = seed_group
-    self.mesh = mesh
-    chunk = self._chunk_impl
-    # No counter inside the traced function: ``compiled_chunks`` asks jit's own
-    # cache, and tests bound the traces with chex (``max_chunk_traces``).
-    if max_chunk_traces is not None:  # proves one program per chunk length
-      chunk = chex.assert_max_traces(chunk, n=max_chunk_traces)
-    self._chunk = jax.jit(chunk, static_argnames="num_steps",
-                          donate_argnums=(0,))
-    self._eval = jax.jit(self._eval_impl)
-    self._memo: dict = {}
-    self._init = jax.jit(jax.vmap(self.init_one))
-    self._finite = jax.jit(self._finite_impl)
-
-  # -- seeds and placement ---------------------------------------------------
-  @staticmethod
-  def seed_keys(seeds) -> jax.Array:
-    """The per-seed key material: a ``uint32 [num_seeds]`` array.
-
-    Kept as plain integers (not typed keys) so it can be placed on a
-    multi-process mesh; ``jax.random.key(seed)`` is formed inside the
-    compiled per-seed functions.
-    """
-    return jnp.asarray(np.asarray(seeds, np.uint32))
-
-  def shard(self, tree):
-    """Places a seed-leading pytree on this trainer's mesh (:func:`devices.shard`)."""
-    return devices.shard(tree, self.mesh)
-
-  def replicate(self, tree):
-    """Places a pytree on every device of the mesh (:func:`devices.replicate`)."""
-    return devices.replicate(tree, self.mesh)
-
-  fetch = staticmethod(devices.fetch)
+    if self.seed_group is not None and self.seed_group < 1:
+      raise ValueError(f"seed_group must be >= 1, got {self.seed_group}")
+    tc = self.train_cfg
+    total = tc.total_steps(self.num_train)
+    derived = dict(
+        rule=rule, steps_per_epoch=tc.steps_per_epoch(self.num_train), total_steps=total,
+        tx=optax.adamw(lr_schedule(tc, total), b1=tc.b1, b2=tc.b2, eps=tc.eps,
+                       weight_decay=tc.weight_decay),
+        graphdef=jax.eval_shape(
+            lambda: model_lib.init_model(self.model_cfg, jax.random.key(0)))[0])
+    for name, value in derived.items():
+      object.__setattr__(self, name, value)
 
   # -- init ------------------------------------------------------------------
   def init_one(self, seed):
+    """One seed's train state ``{params, opt_state, step}`` from its key material."""
     key = jax.random.key(seed)
     params = model_lib.init_model(self.model_cfg, jax.random.fold_in(key, 0))[1]
     return {"params": params, "opt_state": self.tx.init(params),
             "step": jnp.zeros((), jnp.int32)}
 
   def init(self, seed_keys):
-    """Per-seed train states stacked on a leading seed axis."""
-    return self._init(self.shard(seed_keys))  # jitted once per trainer
+    """Per-seed train states stacked on a leading seed axis (:func:`seed_keys`)."""
+    return jax.vmap(self.init_one)(seed_keys)
 
-  def abstract_state(self, num_seeds: int):
-    """Shape/dtype (and sharding) structure of ``init``'s output (for restore)."""
+  def abstract_state(self, num_seeds: int, mesh=None):
+    """Shape/dtype (and, with a ``mesh``, sharding) structure of :meth:`init`'s
+    output for ``num_seeds`` seeds (what a checkpoint restores into)."""
     keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
-    shapes = jax.eval_shape(jax.vmap(self.init_one), keys)
-    if self.mesh is None:
+    shapes = jax.eval_shape(self.init, keys)
+    if mesh is None:
       return shapes
-    sharding = devices.seed_sharding(self.mesh)
+    sharding = devices.seed_sharding(mesh)
     return jax.tree.map(
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
 
-  # -- steps -----------------------------------------------------------------
+  # -- loss and one step -----------------------------------------------------
   def score(self, logits, labels, real=None):
     """``(correct, summed CE, count)`` over the examples that count: the label
     rule's valid ones, and (if given) only where ``real`` is True."""
@@ -231,7 +219,7 @@ class Trainer:
         logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
     return ((jnp.argmax(logits, -1) == targets) * w).sum(), (ce * w).sum(), w.sum()
 
-  def loss_fn(self, params, ids, labels, dropout_key=None, head_mask=None):
+  def loss(self, params, ids, labels, dropout_key=None, head_mask=None):
     """Mean CE over counted examples, and (correct, counted) tallies."""
     logits = model_lib.apply_model(self.graphdef, params, ids,
                                    dropout_key=dropout_key, head_mask=head_mask)
@@ -240,15 +228,17 @@ class Trainer:
 
   def train_step(self, state, ids, labels, dropout_key):
     """One AdamW update. Returns (new state, loss)."""
-    grad_fn = jax.value_and_grad(self.loss_fn, has_aux=True)
+    grad_fn = jax.value_and_grad(self.loss, has_aux=True)
     (loss, _), grads = grad_fn(state["params"], ids, labels, dropout_key)
     updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     return {"params": params, "opt_state": opt_state,
             "step": state["step"] + 1}, loss
 
-  def _chunk_one(self, state, seed, train_ids, train_labels, num_steps):
-    """``num_steps`` steps of one seed, from ``state['step']``."""
+  # -- a chunk of steps ------------------------------------------------------
+  def chunk_one(self, state, seed, train_ids, train_labels, num_steps: int):
+    """``num_steps`` steps of one seed, from ``state['step']`` (a ``lax.scan``).
+    Returns (state, losses ``[num_steps]``, each measured before its update)."""
     key = jax.random.key(seed)
     spe, batch = self.steps_per_epoch, self.train_cfg.batch_size
     n = train_ids.shape[0]
@@ -270,81 +260,15 @@ class Trainer:
 
     return jax.lax.scan(body, state, None, length=num_steps)
 
-  def _chunk_impl(self, states, keys, train_ids, train_labels, num_steps):
-    run = lambda a: jax.vmap(self._chunk_one, in_axes=(0, 0, None, None, None))(
+  def chunk(self, states, keys, train_ids, train_labels, num_steps: int):
+    """:meth:`chunk_one` for every seed: (states, losses ``[seeds, num_steps]``)."""
+    run = lambda a: jax.vmap(self.chunk_one, in_axes=(0, 0, None, None, None))(
         *a, train_ids, train_labels, num_steps)
     # Groups of g vmapped seeds, one group after another in the same program:
     # on XLA:CPU a wide vmap turns every dense matmul into a slower batched
     # dot, and one seed's step is already compute-bound (benchmarks/README.md);
     # on an accelerator, groups bound the memory (auto_seed_group).
     return self.by_seed_group(run, (states, keys))
-
-  @staticmethod
-  def _finite_impl(states):
-    leaves = [x for x in jax.tree.leaves(states)
-              if jnp.issubdtype(x.dtype, jnp.inexact)]
-    n = leaves[0].shape[0]
-    return jnp.stack([jnp.isfinite(x).reshape(n, -1).all(1) for x in leaves]).all(0)
-
-  def finite(self, states) -> jax.Array:
-    """``bool [seeds]``: every parameter and optimiser-state value of the seed is
-    finite (one reduction on device; checked before a checkpoint is saved)."""
-    return self._finite(states)
-
-  def compiled_chunks(self) -> int:
-    """Programs compiled for the training chunk so far (one per seed count
-    and chunk length): the size of jit's cache."""
-    return self._chunk._cache_size()
-
-  def train_chunk(self, states, keys, train_ids, train_labels, num_steps: int):
-    """Runs ``num_steps`` steps for every seed. Returns (states, losses ``[seeds, K]``).
-
-    ``states`` is donated (its buffers are reused).
-    """
-    return self._chunk(states, keys, train_ids, train_labels, num_steps=num_steps)
-
-  def eval_batches(self, ids, labels):
-    """``(ids [nb, bs, seq], labels [nb, bs], real [nb, bs])``: the data padded to
-    whole evaluation batches; ``real`` marks the examples that count."""
-    bs = self.train_cfg.eval_batch_size
-    n = ids.shape[0]
-    nb = -(-n // bs)
-    pad = nb * bs - n
-    return (jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1),
-            jnp.pad(labels, (0, pad)).reshape(nb, bs),
-            (jnp.arange(nb * bs) < n).reshape(nb, bs))
-
-  def evaluate_params(self, params, ids, labels, head_mask=None, freq_mask=None):
-    """``(accuracy, mean loss)`` of ONE seed's ``params`` on ``(ids, labels)`` in
-    eval mode (no dropout), optionally with ``head_mask [layers, heads]``
-    scaling each head's output and ``freq_mask [layers, heads, head_dim/2]``
-    scaling each rotary pair's angle. A pure function: jit/vmap it freely (the
-    ablation vmaps it over masks, :meth:`evaluate` over seeds)."""
-    ids_b, labels_b, real_b = self.eval_batches(ids, labels)
-
-    def one(args):
-      x, y, real, b = args
-      logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask,
-                                     freq_mask=freq_mask,
-                                     position_key=self.eval_position_key(b))
-      return self.score(logits, y, real)
-
-    correct, loss_sum, count = jax.lax.map(
-        one, (ids_b, labels_b, real_b, jnp.arange(ids_b.shape[0])))
-    count = jnp.maximum(count.sum(), 1.0)
-    return correct.sum() / count, loss_sum.sum() / count
-
-  def eval_position_key(self, batch_index):
-    """The randomized positions' key of evaluation batch ``batch_index`` (the
-    same for every seed, evaluation and ablation, so runs compare on the same
-    draws); None without ``random_positions``."""
-    if self.model_cfg.random_positions is None:
-      return None
-    return jax.random.fold_in(jax.random.key(0x5EED), batch_index)
-
-  def _eval_impl(self, params, ids, labels):
-    run = lambda p: jax.vmap(self.evaluate_params, in_axes=(0, None, None))(p, ids, labels)
-    return self.by_seed_group(run, params)
 
   def by_seed_group(self, run, tree):
     """``run(tree)`` over the leading seed axis, ``seed_group`` seeds vmapped at
@@ -359,41 +283,133 @@ class Trainer:
     merge = lambda x: x.reshape((n,) + x.shape[2:])
     return jax.tree.map(merge, jax.lax.map(run, jax.tree.map(split, tree)))
 
-  def memo(self, key, build: Callable[[], Any]):
-    """``build()`` once per ``key`` for this trainer (e.g. a jitted ablation),
-    kept as long as the trainer lives."""
-    if key not in self._memo:
-      self._memo[key] = build()
-    return self._memo[key]
+  # -- evaluation ------------------------------------------------------------
+  def eval_batches(self, ids, labels):
+    """``(ids [nb, bs, seq], labels [nb, bs], real [nb, bs])``: the data padded to
+    whole evaluation batches; ``real`` marks the examples that count."""
+    bs = self.train_cfg.eval_batch_size
+    n = ids.shape[0]
+    nb = -(-n // bs)
+    pad = nb * bs - n
+    return (jnp.pad(ids, ((0, pad), (0, 0))).reshape(nb, bs, -1),
+            jnp.pad(labels, (0, pad)).reshape(nb, bs),
+            (jnp.arange(nb * bs) < n).reshape(nb, bs))
 
-  def evaluate(self, states, ids, labels):
-    """(accuracy ``[seeds]``, mean loss ``[seeds]``) in eval mode (no dropout)."""
-    return self._eval(states["params"], ids, labels)
+  def eval_position_key(self, batch_index):
+    """The randomized positions' key of evaluation batch ``batch_index`` (the
+    same for every seed, evaluation and ablation, so runs compare on the same
+    draws); None without ``random_positions``."""
+    if self.model_cfg.random_positions is None:
+      return None
+    return jax.random.fold_in(jax.random.key(0x5EED), batch_index)
+
+  def evaluate_params(self, params, ids, labels, head_mask=None, freq_mask=None):
+    """``(accuracy, mean loss)`` of ONE seed's ``params`` on ``(ids, labels)`` in
+    eval mode (no dropout), optionally with ``head_mask [layers, heads]``
+    scaling each head's output and ``freq_mask [layers, heads, head_dim/2]``
+    scaling each rotary pair's angle (the ablation vmaps it over masks,
+    :meth:`evaluate` over seeds)."""
+    ids_b, labels_b, real_b = self.eval_batches(ids, labels)
+
+    def one(args):
+      x, y, real, b = args
+      logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask,
+                                     freq_mask=freq_mask,
+                                     position_key=self.eval_position_key(b))
+      return self.score(logits, y, real)
+
+    correct, loss_sum, count = jax.lax.map(
+        one, (ids_b, labels_b, real_b, jnp.arange(ids_b.shape[0])))
+    count = jnp.maximum(count.sum(), 1.0)
+    return correct.sum() / count, loss_sum.sum() / count
+
+  def evaluate(self, params, ids, labels):
+    """(accuracy ``[seeds]``, mean loss ``[seeds]``) of seed-stacked ``params``."""
+    run = lambda p: jax.vmap(self.evaluate_params, in_axes=(0, None, None))(p, ids, labels)
+    return self.by_seed_group(run, params)
+
+
+@functools.lru_cache(maxsize=128)
+def make_steps(model_cfg: model_lib.ModelConfig, task_cfg: TaskConfig,
+               train_cfg: TrainConfig, num_train: int, *,
+               seed_group: Optional[int] = None) -> Steps:
+  """The :class:`Steps` of a configuration, one object per distinct set of
+  frozen configs (cached), so the programs cached on it compile once."""
+  return Steps(model_cfg, task_cfg, train_cfg, num_train, seed_group)
+
+
+def seed_keys(seeds) -> jax.Array:
+  """The per-seed key material: a ``uint32 [num_seeds]`` array.
+
+  Kept as plain integers (not typed keys) so it can be placed on a
+  multi-process mesh; ``jax.random.key(seed)`` is formed inside the
+  compiled per-seed functions.
+  """
+  return jnp.asarray(np.asarray(seeds, np.uint32))
+
+
+def finite_impl(states) -> jax.Array:
+  """``bool [seeds]``: every parameter and optimiser-state value of the seed is
+  finite (checked on device before a checkpoint is saved)."""
+  leaves = [x for x in jax.tree.leaves(states)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  n = leaves[0].shape[0]
+  return jnp.stack([jnp.isfinite(x).reshape(n, -1).all(1) for x in leaves]).all(0)
+
+
+finite = jax.jit(finite_impl)
+
+
+# The compiled programs, cached on the frozen configs (the Steps) and on the
+# speed layer's switch, which is read while tracing (speed.py): a program
+# traced on the reference path is never handed to a fast-path caller.
+@functools.lru_cache(maxsize=128)
+def _jitted(steps: Steps, name: str, fast: bool):
+  if name == "chunk":
+    return jax.jit(steps.chunk, static_argnames="num_steps", donate_argnums=(0,))
+  return jax.jit(getattr(steps, name))
+
+
+def jit_init(steps: Steps):
+  """``jax.jit(steps.init)``, compiled once per configuration."""
+  return _jitted(steps, "init", speed.enabled())
+
+
+def jit_chunk(steps: Steps):
+  """``jax.jit(steps.chunk)`` (``num_steps`` static, the states donated: their
+  buffers are reused), one program per seed count and chunk length."""
+  return _jitted(steps, "chunk", speed.enabled())
+
+
+def jit_evaluate(steps: Steps):
+  """``jax.jit(steps.evaluate)``: ``(params, ids, labels) -> (accuracy, loss)``
+  per seed."""
+  return _jitted(steps, "evaluate", speed.enabled())
 
 
 # ----------------------------------------------------------------------------
 # Automatic seed groups: the widest vmap whose training chunk fits the device.
 # ----------------------------------------------------------------------------
 
-def data_shapes(trainer: "Trainer", num_examples: int):
+def data_shapes(steps: Steps, num_examples: int):
   """Shapes of ``num_examples`` token sequences and their labels."""
-  return (jax.ShapeDtypeStruct((num_examples, trainer.task_cfg.max_len), jnp.int32),
+  return (jax.ShapeDtypeStruct((num_examples, steps.task_cfg.max_len), jnp.int32),
           jax.ShapeDtypeStruct((num_examples,), jnp.int32))
 
 
-def compile_chunk(trainer: "Trainer", num_seeds: int, *, steps: int = 2):
-  """The training chunk for ``num_seeds`` seeds and ``steps`` steps, compiled
-  from shapes only (never run; e.g. for its ``memory_analysis()``)."""
+def compile_chunk(steps: Steps, num_seeds: int, *, num_steps: int = 2):
+  """The training chunk for ``num_seeds`` seeds and ``num_steps`` steps,
+  compiled from shapes only (never run; e.g. for its ``memory_analysis()``)."""
   keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
-  return trainer._chunk.lower(trainer.abstract_state(num_seeds), keys,
-                              *data_shapes(trainer, trainer.num_train),
-                              num_steps=steps).compile()
+  return jit_chunk(steps).lower(steps.abstract_state(num_seeds), keys,
+                                *data_shapes(steps, steps.num_train),
+                                num_steps=num_steps).compile()
 
 
-def compile_eval(trainer: "Trainer", num_seeds: int, num_examples: int):
+def compile_eval(steps: Steps, num_seeds: int, num_examples: int):
   """The evaluation of ``num_examples`` examples, compiled from shapes only."""
-  params = trainer.abstract_state(num_seeds)["params"]
-  return trainer._eval.lower(params, *data_shapes(trainer, num_examples)).compile()
+  params = steps.abstract_state(num_seeds)["params"]
+  return jit_evaluate(steps).lower(params, *data_shapes(steps, num_examples)).compile()
 
 
 def _needed_bytes(compiled) -> int:
@@ -402,16 +418,16 @@ def _needed_bytes(compiled) -> int:
   return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
 
 
-def chunk_bytes(trainer: "Trainer", num_seeds: int, *, steps: int = 2) -> int:
+def chunk_bytes(steps: Steps, num_seeds: int, *, num_steps: int = 2) -> int:
   """Bytes the compiled training chunk needs for ``num_seeds`` seeds
   (:func:`compile_chunk`). Its length hardly matters: the steps run in a
   ``lax.scan``."""
-  return _needed_bytes(compile_chunk(trainer, num_seeds, steps=steps))
+  return _needed_bytes(compile_chunk(steps, num_seeds, num_steps=num_steps))
 
 
-def eval_bytes(trainer: "Trainer", num_seeds: int, num_examples: int) -> int:
+def eval_bytes(steps: Steps, num_seeds: int, num_examples: int) -> int:
   """Bytes of the compiled evaluation of ``num_examples`` examples."""
-  return _needed_bytes(compile_eval(trainer, num_seeds, num_examples))
+  return _needed_bytes(compile_eval(steps, num_seeds, num_examples))
 
 
 @functools.lru_cache(maxsize=64)
@@ -420,10 +436,9 @@ def group_bytes(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: in
   """The larger of :func:`chunk_bytes` and :func:`eval_bytes` (one
   evaluation batch) with this ``seed_group`` (None: one vmap), cached on the
   frozen configs (each candidate compiles once per process)."""
-  trainer = Trainer(model_cfg, task_cfg, train_cfg, num_train=num_train,
-                    seed_group=seed_group)
-  return max(chunk_bytes(trainer, num_seeds),
-             eval_bytes(trainer, num_seeds, train_cfg.eval_batch_size))
+  steps = make_steps(model_cfg, task_cfg, train_cfg, num_train, seed_group=seed_group)
+  return max(chunk_bytes(steps, num_seeds),
+             eval_bytes(steps, num_seeds, train_cfg.eval_batch_size))
 
 
 def choose_seed_group(num_seeds: int, needs: Callable[[int], int],
@@ -463,7 +478,7 @@ def device_memory_limit(device=None) -> Optional[int]:
 def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
                     limit_bytes: Optional[int] = None, margin: float = 0.9,
                     notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
-  """``seed_group`` for :class:`Trainer`: the widest group of seeds whose
+  """``seed_group`` for :func:`make_steps`: the widest group of seeds whose
   training chunk's and evaluation's compiled temporaries and arguments
   (:func:`group_bytes`) fit ``margin`` of the
   device's memory (:func:`device_memory_limit` unless ``limit_bytes``). None

@@ -11,9 +11,10 @@ from pe_spectral import ablation, tasks, train
 def trained():
   rc = configs.build("smoke", "distance", "rope", steps=30)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
-  keys = tr.seed_keys([0, 1])
-  states, _ = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 30)
+  tr = train.make_steps(rc.model, rc.task, rc.train, data.train_ids.shape[0])
+  keys = train.seed_keys([0, 1])
+  states, _ = train.jit_chunk(tr)(train.jit_init(tr)(keys), keys, data.train_ids,
+                                  data.train_labels, num_steps=30)
   return tr, states, data
 
 
@@ -41,8 +42,8 @@ def test_chunked_masks_seed_groups_and_keep_only(trained):
                             mask_chunk=3)
   np.testing.assert_allclose(a["ablated"], b["ablated"], atol=1e-6)
   # one seed at a time (the memory option): each seed's own numbers
-  one = train.Trainer(tr.model_cfg, tr.task_cfg, tr.train_cfg, num_train=tr.num_train,
-                      seed_group=1)
+  one = train.make_steps(tr.model_cfg, tr.task_cfg, tr.train_cfg, tr.num_train,
+                         seed_group=1)
   c = ablation.ablate_heads(one, states["params"], data.test_ids, data.test_labels,
                             mask_chunk=1)
   np.testing.assert_allclose(c["ablated"], a["ablated"], atol=1e-6)
@@ -146,10 +147,11 @@ def test_shared_prefix_equals_masked_model(pe, faithful, dtype):
   rc = configs.build("smoke", "distance", pe, faithful=faithful, steps=8)
   cfg = rc.model.replace(num_layers=3, num_heads=4, dtype=dtype)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(cfg, rc.task, rc.train.replace(eval_batch_size=96),
-                     num_train=data.train_ids.shape[0])
-  keys = tr.seed_keys([3])
-  states, _ = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 8)
+  tr = train.make_steps(cfg, rc.task, rc.train.replace(eval_batch_size=96),
+                        data.train_ids.shape[0])
+  keys = train.seed_keys([3])
+  states, _ = train.jit_chunk(tr)(train.jit_init(tr)(keys), keys, data.train_ids,
+                                  data.train_labels, num_steps=8)
   ids, labels = data.test_ids[:200], data.test_labels[:200]  # 3 eval batches, padded
   # keep_only shares the same prefix code path: checked on one of the two models
   for mode in ("single", "keep_only") if faithful else ("single",):

@@ -153,9 +153,9 @@ def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
   key = jax.random.key(3)
 
   def loss_and_grad():
-    tr = train.Trainer(rc.model, rc.task, rc.train, num_train=64)
+    tr = train.make_steps(rc.model, rc.task, rc.train, 64)
     params = tr.init_one(jnp.uint32(0))["params"]
-    f = lambda p: tr.loss_fn(p, data.train_ids[:16], data.train_labels[:16], key)[0]
+    f = lambda p: tr.loss(p, data.train_ids[:16], data.train_labels[:16], key)[0]
     return params, f, jax.jit(jax.value_and_grad(f))(params)
 
   assert speed.enabled()

@@ -11,7 +11,7 @@ from conftest import assert_fast_matches_reference
 from pe_spectral import curvature as C, runner, speed
 from pe_spectral.model import ModelConfig
 from pe_spectral.tasks import TaskConfig
-from pe_spectral.train import TrainConfig, Trainer
+from pe_spectral.train import TrainConfig, jit_chunk, jit_init, make_steps, seed_keys
 
 
 def _quadratic(eigs, seed=0):
@@ -155,18 +155,18 @@ def test_recorded_curvature_is_one_vmapped_call_equal_to_each_seed_alone():
   task = TaskConfig(name="distance", vocab_size=7, num_examples=64, seq_len=8, max_len=8,
                     side_min=1, side_max=2, mid_min=1, mid_max=3)
   model = model.replace(num_classes=task.num_labels)
-  tr = Trainer(model, task, TrainConfig(learning_rate=1e-2, b1=0.9, b2=0.98, batch_size=8,
-                                        epochs=1), num_train=48)
+  tr = make_steps(model, task, TrainConfig(learning_rate=1e-2, b1=0.9, b2=0.98, batch_size=8,
+                                           epochs=1), 48)
   from pe_spectral import tasks
   data = tasks.generate(task)
-  states = tr.init(tr.seed_keys([0, 1]))
-  states, _ = tr.train_chunk(states, tr.seed_keys([0, 1]), data.train_ids,
-                             data.train_labels, 3)
+  keys = seed_keys([0, 1])
+  states, _ = jit_chunk(tr)(jit_init(tr)(keys), keys, data.train_ids, data.train_labels,
+                            num_steps=3)
   ids, labels = data.train_ids[:16], data.train_labels[:16]
   rec = runner._curvature_record(tr, states, ids, labels, 3)
   assert set(rec) == {"step", "top_eigs", "precond_sharpness", "grad_norm"}
   tc = tr.train_cfg
-  loss = lambda q: tr.loss_fn(q, ids, labels)[0]
+  loss = lambda q: tr.loss(q, ids, labels)[0]
   with speed.reference():  # one seed at a time, not vmapped: the oracle
     one_seed = jax.jit(lambda q, o: C.curvature_summary(
         loss, q, o, b1=tc.b1, b2=tc.b2, eps=tc.eps, key=jax.random.key(0xC0DE),

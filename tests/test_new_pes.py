@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config, encodings, positional as P, runner
+from pe_spectral import config, encodings, positional as P, runner, train
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -288,10 +288,10 @@ def test_random_positions_train_and_evaluate_deterministically(tmp_path):
   assert rc.model.random_positions == 96
   s = runner.run(rc, [0], str(tmp_path / "run"), eval_every=4, notify=lambda m: None)
   assert np.isfinite(s["test_accuracy"]).all()
-  _, rc2, trainer, states, data, _ = runner.load_run(str(tmp_path / "run"),
-                                                     notify=lambda m: None)
-  a1 = trainer.evaluate(states, data.test_ids, data.test_labels)[1]
-  a2 = trainer.evaluate(states, data.test_ids, data.test_labels)[1]
+  run = runner.load_run(str(tmp_path / "run"), notify=lambda m: None)
+  rc2, evaluate = run.rc, train.jit_evaluate(run.steps)
+  a1 = evaluate(run.states["params"], run.data.test_ids, run.data.test_labels)[1]
+  a2 = evaluate(run.states["params"], run.data.test_ids, run.data.test_labels)[1]
   np.testing.assert_array_equal(a1, a2)  # evaluation draws are fixed per batch
   for bad in ({"pe": "nope"}, {"pe": "cope"}, {"random_positions": 10}):
     with pytest.raises(ValueError, match="random_positions"):

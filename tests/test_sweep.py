@@ -191,19 +191,26 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   import numpy as np
 
   from pe_spectral import config as configs
-  from pe_spectral import runner
+  from pe_spectral import runner, train
   from pe_spectral.checkpoint import Checkpointer
-  from pe_spectral.train import Trainer
 
-  original = Trainer.train_chunk
+  original = train.jit_chunk
 
-  def poisoned(self, states, *args, **kw):
-    states, losses = original(self, states, *args, **kw)
-    if int(np.asarray(states["step"])[0]) >= 3:  # the update ending step 3 blows up
-      states = dict(states, params=jax.tree.map(lambda x: x * jnp.nan, states["params"]))
-    return states, losses
+  def poisoned_program(when):
+    """``train.jit_chunk`` whose chunk NaNs the parameters once ``when(step)``."""
+    def program(steps):
+      chunk = original(steps)
 
-  monkeypatch.setattr(Trainer, "train_chunk", poisoned)
+      def call(states, *args, **kw):
+        states, losses = chunk(states, *args, **kw)
+        if when(int(np.asarray(states["step"])[0])):
+          states = dict(states, params=jax.tree.map(lambda x: x * jnp.nan, states["params"]))
+        return states, losses
+      return call
+    return program
+
+  # the update ending step 3 blows up
+  monkeypatch.setattr(train, "jit_chunk", poisoned_program(lambda step: step >= 3))
   rc = configs.build("smoke", "distance", "rope", steps=6)
   wd = str(tmp_path / "poison")
   try:
@@ -212,21 +219,17 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   except runner.NonFiniteLossError as e:
     msg = str(e)
   assert "between steps 2 and 3" in msg and "last good checkpoint (step 2)" in msg, msg
-  trainer = Trainer(rc.model, rc.task, rc.train, num_train=int(0.7 * rc.task.num_examples))
+  steps = train.make_steps(rc.model, rc.task, rc.train, rc.task.num_train)
   ckpt = Checkpointer(os.path.join(wd, "ckpt"))
   try:
     assert ckpt.latest_step() == 2
-    states, _ = ckpt.restore(2, trainer.abstract_state(2))
+    states, _ = ckpt.restore(2, steps.abstract_state(2))
   finally:
     ckpt.close()
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(states["params"]))
   # diverging before the first evaluation: no checkpoint, and the message says so
   wd2 = str(tmp_path / "poison-early")
-  def poisoned_always(self, states, *args, **kw):
-    states, losses = original(self, states, *args, **kw)
-    return dict(states, params=jax.tree.map(lambda x: x * jnp.nan, states["params"])), losses
-
-  monkeypatch.setattr(Trainer, "train_chunk", poisoned_always)
+  monkeypatch.setattr(train, "jit_chunk", poisoned_program(lambda step: True))
   try:
     runner.run(rc, [0, 1], wd2, eval_every=3)
     raise AssertionError("a non-finite state was not detected")

@@ -1,4 +1,5 @@
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -47,17 +48,32 @@ def test_label_rules():
   assert not train.label_rule(mla.task, mla.model).ignore_zero
 
 
+def _steps(rc, data, **kw):
+  return train.make_steps(rc.model, rc.task, rc.train, data.train_ids.shape[0], **kw)
+
+
+def _train(st, keys, data, num_steps, states=None):
+  """``num_steps`` steps of every seed from ``states`` (default: a fresh init)."""
+  states = train.jit_init(st)(keys) if states is None else states
+  return train.jit_chunk(st)(states, keys, data.train_ids, data.train_labels,
+                             num_steps=num_steps)
+
+
+def _evaluate(st, states, ids, labels):
+  return train.jit_evaluate(st)(states["params"], ids, labels)
+
+
 def test_loss_ignores_label_zero_in_faithful_mode():
   rc = configs.build("smoke", "count", "nope", faithful=True)
   data = tasks.generate(rc.task)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
-  state = tr.init(tr.seed_keys([0]))
+  st = _steps(rc, data)
+  state = st.init(train.seed_keys([0]))
   params = jax.tree.map(lambda x: x[0], state["params"])
   ids = data.train_ids[:8]
   labels = jnp.asarray([0, 3, 0, 5, 1, 0, 2, 7])
-  loss, (correct, count) = tr.loss_fn(params, ids, labels)
+  loss, (correct, count) = st.loss(params, ids, labels)
   from pe_spectral.model import apply_model
-  logits = np.asarray(apply_model(tr.graphdef, params, ids), np.float64)
+  logits = np.asarray(apply_model(st.graphdef, params, ids), np.float64)
   logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1,
          keepdims=True)) - logits.max(1, keepdims=True)
   keep = np.asarray(labels) != 0
@@ -68,12 +84,12 @@ def test_loss_ignores_label_zero_in_faithful_mode():
 
 def test_training_reduces_loss():
   rc, data = _setup(steps=40)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
-  keys = tr.seed_keys([0, 1])
-  states = tr.init(keys)
-  _, loss0 = tr.evaluate(states, data.test_ids, data.test_labels)
-  states, losses = tr.train_chunk(states, keys, data.train_ids, data.train_labels, 40)
-  _, loss1 = tr.evaluate(states, data.test_ids, data.test_labels)
+  st = _steps(rc, data)
+  keys = train.seed_keys([0, 1])
+  states = train.jit_init(st)(keys)
+  _, loss0 = _evaluate(st, states, data.test_ids, data.test_labels)
+  states, losses = _train(st, keys, data, 40, states)
+  _, loss1 = _evaluate(st, states, data.test_ids, data.test_labels)
   assert losses.shape == (2, 40)
   assert (np.asarray(loss1) < np.asarray(loss0) - 0.1).all()
   assert int(states["step"][0]) == 40
@@ -81,17 +97,16 @@ def test_training_reduces_loss():
 
 def test_vmapped_seeds_equal_per_seed_loop():
   rc, data = _setup(steps=12)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
+  st = _steps(rc, data)
   seeds = [3, 7, 11]
-  keys = tr.seed_keys(seeds)
-  states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
-                                  data.train_labels, 12)
-  acc, _ = tr.evaluate(states, data.test_ids, data.test_labels)
+  keys = train.seed_keys(seeds)
+  states, losses = _train(st, keys, data, 12)
+  acc, _ = _evaluate(st, states, data.test_ids, data.test_labels)
   for i, s in enumerate(seeds):
-    k1 = tr.seed_keys([s])
-    st1, l1 = tr.train_chunk(tr.init(k1), k1, data.train_ids, data.train_labels, 12)
+    k1 = train.seed_keys([s])
+    st1, l1 = _train(st, k1, data, 12)
     np.testing.assert_allclose(l1[0], losses[i], rtol=2e-5, atol=2e-5)
-    a1, _ = tr.evaluate(st1, data.test_ids, data.test_labels)
+    a1, _ = _evaluate(st, st1, data.test_ids, data.test_labels)
     assert abs(float(a1[0]) - float(acc[i])) <= 1.0 / data.test_ids.shape[0] + 1e-7
   # different seeds really differ
   assert float(jnp.abs(losses[0] - losses[1]).max()) > 1e-4
@@ -103,69 +118,86 @@ def test_seed_groups_equal_one_vmap():
   seeds = [3, 7, 11, 13]
   out = {}
   for g in (None, 2):
-    tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                       seed_group=g)
-    keys = tr.seed_keys(seeds)
-    states, losses = tr.train_chunk(tr.init(keys), keys, data.train_ids,
-                                    data.train_labels, 4)
+    st = _steps(rc, data, seed_group=g)
+    keys = train.seed_keys(seeds)
+    states, losses = _train(st, keys, data, 4)
     out[g] = (losses, states["params"],
-              tr.evaluate(states, data.test_ids[:300], data.test_labels[:300]))
+              _evaluate(st, states, data.test_ids[:300], data.test_labels[:300]))
   np.testing.assert_allclose(out[2][0], out[None][0], rtol=2e-5, atol=2e-5)
   chex.assert_trees_all_close(out[2][1], out[None][1], rtol=1e-4, atol=1e-5)
   # the evaluation runs by groups too: each seed's own accuracy and loss
   np.testing.assert_allclose(out[2][2][0], out[None][2][0], atol=1.5 / 300)
   np.testing.assert_allclose(out[2][2][1], out[None][2][1], rtol=1e-4)
   with pytest.raises(ValueError, match="does not divide"):
-    tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                       seed_group=3)
-    keys = tr.seed_keys(seeds)
-    tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 2)
+    _train(_steps(rc, data, seed_group=3), train.seed_keys(seeds), data, 2)
   with pytest.raises(ValueError, match="seed_group"):
-    train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                  seed_group=0)
+    _steps(rc, data, seed_group=0)
 
 
 def test_chunks_replay_from_any_step():
   """Two chunks of 6 steps equal one run of 12: batches depend on (seed, step) only."""
   rc, data = _setup(steps=12)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0])
-  keys = tr.seed_keys([0, 1])
-  a, la = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 12)
-  b, lb1 = tr.train_chunk(tr.init(keys), keys, data.train_ids, data.train_labels, 6)
-  b, lb2 = tr.train_chunk(b, keys, data.train_ids, data.train_labels, 6)
+  st = _steps(rc, data)
+  keys = train.seed_keys([0, 1])
+  a, la = _train(st, keys, data, 12)
+  b, lb1 = _train(st, keys, data, 6)
+  b, lb2 = _train(st, keys, data, 6, b)
   np.testing.assert_allclose(np.concatenate([lb1, lb2], 1), la, rtol=1e-6, atol=1e-6)
+
+
+def test_steps_are_cached_on_the_frozen_configs():
+  """Equal configs give the same Steps and so the same compiled programs; a
+  changed field gives others; the Steps hold no state a call could change."""
+  rc, data = _setup(steps=12)
+  st = _steps(rc, data)
+  assert _steps(rc, data) is st and train.jit_chunk(st) is train.jit_chunk(_steps(rc, data))
+  other = train.make_steps(rc.model, rc.task, rc.train.replace(learning_rate=5e-3),
+                           data.train_ids.shape[0])
+  assert other != st and train.jit_chunk(other) is not train.jit_chunk(st)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    st.num_train = 3
+  # a program traced on the speed layer's reference path is never reused by
+  # the fast path (the switch is read while tracing)
+  from pe_spectral import speed
+  with speed.reference():
+    ref = train.jit_chunk(st)
+  assert ref is not train.jit_chunk(st)
 
 
 def test_one_compiled_program_for_all_seeds_and_chunks():
   rc, data = _setup(steps=30)
-  tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                     max_chunk_traces=1)
-  keys = tr.seed_keys([0, 1, 2, 3])
-  states = tr.init(keys)
+  st = _steps(rc, data)
+  # chex counts the traces of the pure chunk under a jit of the test's own ...
+  chunk = jax.jit(chex.assert_max_traces(st.chunk, n=1), static_argnames="num_steps")
+  keys = train.seed_keys([0, 1, 2, 3])
+  states = st.init(keys)
   for _ in range(3):  # same chunk length, new step offsets and states
-    states, _ = tr.train_chunk(states, keys, data.train_ids, data.train_labels, 5)
-  other = tr.seed_keys([10, 11, 12, 13])  # other seed values, same program
-  tr.train_chunk(tr.init(other), other, data.train_ids, data.train_labels, 5)
-  assert tr.compiled_chunks() == 1
+    states, _ = chunk(states, keys, data.train_ids, data.train_labels, num_steps=5)
+  other = train.seed_keys([10, 11, 12, 13])  # other seed values, same program
+  chunk(st.init(other), other, data.train_ids, data.train_labels, num_steps=5)
   with pytest.raises(AssertionError):  # a new chunk length is a second trace
-    tr.train_chunk(states, keys, data.train_ids, data.train_labels, 4)
+    chunk(states, keys, data.train_ids, data.train_labels, num_steps=4)
+  # ... and the runner's cached program compiles once for the same calls
+  before = train.jit_chunk(st)._cache_size()
+  for k in (keys, other, keys):
+    _train(st, k, data, 5)
+  assert train.jit_chunk(st)._cache_size() == before + 1
 
 
 _SHARD_SCRIPT = r"""
 import json, sys
 import jax
 from pe_spectral import config as configs
-from pe_spectral import tasks, train
+from pe_spectral import devices, tasks, train
 rc = configs.build("smoke", "distance", "rope", steps=10)
 data = tasks.generate(rc.task)
 mesh = train.seed_mesh(4)
-tr = train.Trainer(rc.model, rc.task, rc.train, num_train=data.train_ids.shape[0],
-                   mesh=mesh)
-keys = tr.shard(tr.seed_keys([0, 1, 2, 3]))
-states = tr.init(keys)
-ids, labels = tr.replicate((data.train_ids, data.train_labels))
-states, losses = tr.train_chunk(states, keys, ids, labels, 10)
-acc, loss = tr.evaluate(states, data.test_ids, data.test_labels)
+st = train.make_steps(rc.model, rc.task, rc.train, data.train_ids.shape[0])
+keys = devices.shard(train.seed_keys([0, 1, 2, 3]), mesh)
+states = train.jit_init(st)(keys)
+ids, labels = devices.replicate((data.train_ids, data.train_labels), mesh)
+states, losses = train.jit_chunk(st)(states, keys, ids, labels, num_steps=10)
+acc, loss = train.jit_evaluate(st)(states["params"], data.test_ids, data.test_labels)
 print(json.dumps({"devices": jax.device_count(),
                   "sharded": None if mesh is None else len(mesh.devices.flat),
                   "losses": losses.tolist(), "acc": acc.tolist(),
