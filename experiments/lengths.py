@@ -15,10 +15,10 @@ padding is masked there).
 
 Writes ``lengths[-<scaling>][-shift<S>].json`` and ``.png`` into each workdir
 (per seed, per length; mean and percentile-bootstrap CI over seeds), and the
-spectral prediction beside each length: the ALiBi bias spread (closed form,
-grows as 0.55 m n^2), the symbol bounds of each learned relative-bias head
-(symmetric part; offsets beyond the table reuse its last entry), and RoPE's
-``rope_min_base`` against the run's base. A PE whose table cannot reach a
+spectral prediction beside each length (``extrapolation.Prediction``): the
+ALiBi bias spread (closed form, grows as 0.55 m n^2), the symbol bounds of
+each learned relative-bias head (symmetric part; offsets beyond the table
+reuse its last entry), and RoPE's ``rope_min_base`` against the run's base. A PE whose table cannot reach a
 length (learned absolute positions) is reported as such, never clamped.
 """
 from __future__ import annotations
@@ -69,69 +69,10 @@ def _factors(values) -> list[float]:
   return sorted(set(out))
 
 
-def predictions(cfg, params, n: int, train_len: int) -> dict:
-  """What the spectral module says about the PE of model config ``cfg`` at
-  length ``n`` (per seed where it depends on the trained ``params``), from the
-  registry's hooks: a bias with a closed form (ALiBi) gives its exact spread
-  per head; any other Toeplitz bias (relative, KERPLE, FIRE) the widest symbol
-  bound over layers and heads; a rotation the smallest feasible RoPE base."""
-  import jax
-  import jax.numpy as jnp
-  from pe_spectral import positional, spectral
-  enc = cfg.encoding
-  out = {}
-  if enc.bias_extremes(cfg, n) is not None:
-    spread = lambda m: [float(hi - lo) for lo, hi in
-                        zip(*map(np.asarray, enc.bias_extremes(cfg, m)))]
-    now, before = spread(n), spread(train_len)
-    out[f"{enc.name}_bias_spread_per_head"] = now
-    out[f"{enc.name}_spread_vs_train"] = float(np.mean(np.divide(now, before)))
-  elif "bias" in enc.kinds:
-    blocks = params["blocks"]
-    blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
-    seeds = len(jax.tree_util.tree_leaves(params)[0])
-
-    def max_spread(length):
-      """``[seeds]``: the widest symbol bound over layers and heads, or None
-      where the bias is not Toeplitz at this length."""
-      per_seed = []
-      for s_ in range(seeds):
-        widest = -np.inf
-        for blk in blocks:
-          coeffs = enc.toeplitz_coeffs(
-              cfg, jax.tree_util.tree_map(lambda a: jnp.asarray(a[s_]), blk), length)
-          if coeffs is None:
-            return None
-          lo, hi = spectral.toeplitz_eig_bounds(jnp.asarray(coeffs, jnp.float32))
-          widest = max(widest, float(np.max(np.asarray(hi) - np.asarray(lo))))
-        per_seed.append(widest)
-      return np.asarray(per_seed)
-
-    now, before = max_spread(n), max_spread(train_len)
-    if now is None or before is None:
-      out[f"{enc.name}_not_toeplitz"] = True
-    else:
-      out[f"{enc.name}_symbol_spread_max_per_seed"] = now.tolist()
-      out[f"{enc.name}_spread_vs_train"] = float(np.mean(now / before))
-    if enc.table_reach(cfg) is not None:
-      out[f"{enc.name}_table_reach"] = int(enc.table_reach(cfg))
-  if enc.rotary_frequencies(cfg) is not None:
-    d = enc.rotary_dim(cfg)
-    base = cfg.rope_base
-    sc = cfg.rope_scaling_spec
-    if sc is not None and sc.kind == "ntk":
-      base = positional.ntk_base(base, sc.factor, d)
-    need = spectral.rope_min_base(n, d)
-    out["rope_min_base"] = need
-    out["rope_base"] = base
-    out["rope_base_feasible"] = bool(base >= need)
-  return out
-
-
 def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
                      rope_scaling: str, log=print) -> dict:
   """The ``lengths.json`` dict of one workdir (see module docstring)."""
-  from pe_spectral import devices, runner, stats, tasks, train
+  from pe_spectral import devices, extrapolation, runner, stats, tasks, train
   run = runner.load_run(wd)
   config, rc, states, data, step = run.config, run.rc, run.states, run.data, run.step
   if shift and rc.model.faithful:
@@ -172,7 +113,7 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
     except ValueError as e:  # e.g. beyond a learned position table
       row.update(accuracy=None, mean=None, ci95=None, error=str(e).splitlines()[0])
       msg = f"not evaluated: {row['error']}"
-    row["prediction"] = predictions(model, states["params"], n, train_len)
+    row["prediction"] = extrapolation.predict(model, states["params"], n, train_len).to_dict()
     rows.append(row)
     log(f"[{os.path.relpath(wd)}] length {n} ({f:g}x): {msg}  ({time.time() - t0:.1f} s)")
   return {"workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,

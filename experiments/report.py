@@ -469,24 +469,11 @@ def _cell(row) -> str:
 
 def _prediction_txt(res) -> str:
   """The spectral prediction at the longest length, in words."""
+  from pe_spectral.extrapolation import Prediction
   last = res["lengths"][-1]
-  p = last.get("prediction") or {}
-  n = last["seq_len"]
-  bits = []
-  for key in sorted(p):  # <pe>_spread_vs_train, written by the PE's spectral hooks
-    if key.endswith("_spread_vs_train"):
-      pe = key[:-len("_spread_vs_train")]
-      what = "bias spread" if f"{pe}_bias_spread_per_head" in p else "bias symbol spread"
-      reach = p.get(f"{pe}_table_reach")
-      bits.append(f"{pe} {what} ×{p[key]:.2f} at {n}"
-                  + ("" if reach is None else f" (table reach {reach})"))
-    elif key.endswith("_not_toeplitz"):
-      bits.append(f"{key[:-len('_not_toeplitz')]} bias not Toeplitz at {n}")
-  if "rope_min_base" in p:
-    feas = "≥" if p["rope_base_feasible"] else "<"
-    bits.append(f"base {p['rope_base']:.4g} {feas} rope_min_base({n}) = "
-                f"{p['rope_min_base']:.4g}")
-  return "; ".join(bits) or "—"
+  if not last.get("prediction"):
+    return "—"
+  return Prediction.from_dict(last["prediction"]).describe(last["seq_len"])
 
 
 def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:

@@ -145,3 +145,64 @@ def test_learned_table_is_never_clamped_beyond_its_length():
   apply_model(graphdef, params, jnp.ones((1, cfg.max_len), jnp.int32))
   with pytest.raises(ValueError, match="exceeds max_len"):
     apply_model(graphdef, params, jnp.ones((1, cfg.max_len + 1), jnp.int32))
+
+
+def _stacked_params(cfg, seeds=(0, 1)):
+  from pe_spectral.model import init_model
+  trees = [init_model(cfg, jax.random.key(s))[1] for s in seeds]
+  return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+def _dense_spread(bias):
+  """Spread of the symmetric part of ``[n, n]`` bias (float64 eigvalsh: the oracle)."""
+  b = np.asarray(bias, np.float64)
+  e = np.linalg.eigvalsh(0.5 * (b + b.T))
+  return e[-1] - e[0]
+
+
+def test_prediction_records_against_dense_eigenvalues():
+  """``extrapolation.predict``: ALiBi's closed form equals the dense spread per
+  head; a learned relative bias's symbol bound contains it (per seed, widest
+  over layers and heads); a rotation gets rope_min_base; the record
+  round-trips through JSON and is rendered from its fields."""
+  from pe_spectral import config as configs
+  from pe_spectral.extrapolation import Prediction, predict
+  n, train = 30, 12
+  cfg = configs.build("smoke", "distance", "alibi").model
+  p = predict(cfg, _stacked_params(cfg), n, train)
+  slopes = np.asarray(cfg.encoding.slopes(cfg), np.float64)
+  k = np.abs(np.arange(n)[:, None] - np.arange(n)[None])
+  k0 = np.abs(np.arange(train)[:, None] - np.arange(train)[None])
+  want = [_dense_spread(-m * k) for m in slopes]
+  assert p.bias == "closed_form" and p.pe == "alibi"
+  np.testing.assert_allclose(p.bias_spread_per_head, want, rtol=1e-4)
+  np.testing.assert_allclose(p.spread_vs_train,
+                             np.mean([w / _dense_spread(-m * k0) for w, m in zip(want, slopes)]),
+                             rtol=1e-4)
+  assert p.rope_min_base is None and "bias spread ×" in p.describe(n)
+
+  cfg = configs.build("smoke", "distance", "relative").model
+  params = _stacked_params(cfg)
+  p = predict(cfg, params, n, train)
+  assert p.bias == "symbol" and p.table_reach == cfg.relative_distance
+  blocks = params["blocks"]
+  blocks = [blocks[b] for b in sorted(blocks)] if isinstance(blocks, dict) else blocks
+  for s in range(2):
+    dense = max(_dense_spread(np.asarray(P.relative_bias_from_table(
+        jnp.asarray(blk["rel_table"][s]), n, max_distance=cfg.relative_distance,
+        num_buckets=cfg.relative_buckets))[h]) for blk in blocks for h in range(cfg.num_heads))
+    assert p.symbol_spread_max_per_seed[s] >= dense - 1e-4
+  assert Prediction.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+  assert f"(table reach {cfg.relative_distance})" in p.describe(n)
+
+  cfg = configs.build("smoke", "distance", "rope").model
+  p = predict(cfg, _stacked_params(cfg), n, train)
+  assert p.bias is None and p.rope_min_base == pytest.approx(S.rope_min_base(n, cfg.head_dim))
+  assert p.rope_base_feasible == (cfg.rope_base >= p.rope_min_base)
+  assert p.describe(n).startswith(f"base {cfg.rope_base:.4g} ")
+  assert predict(configs.build("smoke", "distance", "nope").model, None, n, train
+                 ).describe(n) == "—"
+  with pytest.raises(ValueError, match="unknown prediction field"):
+    Prediction.from_dict({"pe": "rope", "rope_spread_vs_train": 1.0})
+  with pytest.raises(ValueError, match="bias must be"):
+    Prediction(pe="alibi", bias="wide")

@@ -102,7 +102,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     with open(lengths / name / f"lengths{suffix}.json", "w") as f:
       json.dump(res, f)
   _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.5, 0.3]),
-           prediction={"rope_min_base": 790.7, "rope_base": 10000.0,
+           prediction={"pe": "rope", "rope_min_base": 790.7, "rope_base": 10000.0,
                        "rope_base_feasible": True})
   _len_run("rope-cpu", "rope", ([0.9, 0.8], [0.6, 0.4]), scaling="yarn")
   _len_run("learned-cpu", "learned", ([0.95, 0.93], None))
