@@ -43,9 +43,11 @@ import numpy as np
 from pe_spectral import positional as P
 
 __all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
-           "REGISTRY"]
+           "REGISTRY", "KINDS"]
 
 REGISTRY: dict[str, "PositionalEncoding"] = {}
+# The ways a PE can enter attention (``PositionalEncoding.kinds``).
+KINDS = ("input", "bias", "rotary", "contextual", "factor")
 
 
 class PositionalEncoding:
@@ -63,6 +65,13 @@ class PositionalEncoding:
       :attr:`config_fields`, and a run's ``config.json`` records no other
       scoped field.
     spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
+    kinds: the ways the PE enters attention, declared (a subset of
+      :data:`KINDS`, e.g. ``("input", "rotary")``): ``input`` (a table added
+      to the embeddings), ``bias`` (an additive logit bias), ``rotary`` (a
+      q/k transform), ``contextual`` (a content-dependent logit term),
+      ``factor`` (a multiplicative logit factor). The model calls every hook
+      whatever is declared; analyses (decomposition, length generalisation,
+      the report) read ``kinds``.
     takes_positions: ``input_table`` and ``bias`` accept ``positions=`` (an
       int ``[seq]`` array, given only when they are not ``0..seq-1``), so the
       PE can train with randomized positions.
@@ -81,30 +90,13 @@ class PositionalEncoding:
   # contraction), "additive" (a Toeplitz bias: Weyl can widen), or "" (none,
   # absolute, or neither form).
   coupling: str = ""
+  kinds: tuple[str, ...] = ()
 
   # --- what it is ---------------------------------------------------------
   @property
   def config_fields(self) -> tuple[str, ...]:
     """The PE-scoped ``ModelConfig`` fields that apply to this PE."""
     return tuple(dict.fromkeys(self.options + self.reads))
-
-  @property
-  def kinds(self) -> tuple[str, ...]:
-    """The ways this PE enters attention, e.g. ``("input", "rotary")``."""
-    cls = type(self)
-    base = PositionalEncoding
-    out = []
-    if cls.input_table is not base.input_table:
-      out.append("input")
-    if cls.bias is not base.bias:
-      out.append("bias")
-    if cls.qk_transform is not base.qk_transform:
-      out.append("rotary")
-    if cls.content_bias is not base.content_bias:
-      out.append("contextual")
-    if cls.logit_factor is not base.logit_factor:
-      out.append("factor")
-    return tuple(out)
 
   def validate(self, cfg) -> None:
     """Raises ``ValueError`` for a config this PE cannot run."""
@@ -194,6 +186,10 @@ def register(encoding: PositionalEncoding, *, replace: bool = False) -> Position
   """Adds ``encoding`` to the registry under ``encoding.name``."""
   if not encoding.name or not encoding.name.replace("_", "").isalnum():
     raise ValueError(f"a PE name must be a non-empty identifier, got {encoding.name!r}")
+  unknown = [k for k in encoding.kinds if k not in KINDS]
+  if unknown or len(set(encoding.kinds)) != len(encoding.kinds):
+    raise ValueError(f"PE {encoding.name!r} declares kinds {encoding.kinds!r}; each must be "
+                     f"one of {', '.join(KINDS)}, once")
   if encoding.name in REGISTRY and not replace:
     raise ValueError(f"PE {encoding.name!r} is already registered")
   REGISTRY[encoding.name] = encoding
@@ -222,6 +218,33 @@ def _symmetric(coeffs):
   return 0.5 * (coeffs + coeffs[..., ::-1])
 
 
+def _sinusoid_input(cfg, seq_len: int, positions=None) -> jax.Array:
+  """The fixed sinusoid ``[seq_len, d_model]`` at ``0..seq_len-1`` or ``positions``."""
+  if positions is not None:
+    return P.sinusoidal_at(positions, cfg.d_model, cfg.rope_base)
+  return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+
+
+def _table_rows(table, seq_len: int, positions=None) -> jax.Array:
+  """Rows ``0..seq_len-1`` (or ``positions``) of a learned position table."""
+  rows = table.shape[0]
+  if seq_len > rows:
+    raise ValueError(f"sequence length {seq_len} exceeds max_len {rows} of the "
+                     f"learned position table")
+  if positions is not None:  # drawn below the range by construction
+    return table[positions]
+  return table[:seq_len]
+
+
+def _phase_coeffs(freqs, seq_len: int) -> Optional[jax.Array]:
+  """``[1, 2n-1]`` coefficients ``cos(k θ_1)``: the real part of one
+  frequency's phase matrix (None with fewer than two frequencies)."""
+  if freqs is None or len(freqs) < 2:
+    return None
+  k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+  return jnp.cos(k * float(freqs[1]))[None]
+
+
 # ----------------------------------------------------------------------------
 # The encodings.
 # ----------------------------------------------------------------------------
@@ -237,13 +260,12 @@ class Sinusoidal(PositionalEncoding):
   description = "fixed sinusoid added to the input (paper: absolute)"
   toeplitz_label = "Gram P Pᵀ of the input table"
   reads = ("rope_base",)
+  kinds = ("input",)
 
   takes_positions = True
 
   def input_table(self, cfg, params, seq_len, positions=None):
-    if positions is not None:
-      return P.sinusoidal_at(positions, cfg.d_model, cfg.rope_base)
-    return P.sinusoidal_table(seq_len, cfg.d_model, cfg.rope_base)
+    return _sinusoid_input(cfg, seq_len, positions)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     if cfg.d_model % 2:
@@ -256,6 +278,7 @@ class Learned(PositionalEncoding):
   name = "learned"
   description = "learned absolute table added to the input (paper: random)"
   spectral_note = "a learned absolute table is not Toeplitz"
+  kinds = ("input",)
 
   takes_positions = True
 
@@ -264,18 +287,13 @@ class Learned(PositionalEncoding):
     return {"pos_table": std * jax.random.normal(next_key(), (rows, cfg.d_model))}
 
   def input_table(self, cfg, params, seq_len, positions=None):
-    rows = params["pos_table"].shape[0]
-    if seq_len > rows:
-      raise ValueError(f"sequence length {seq_len} exceeds max_len {rows} of the "
-                       f"learned position table")
-    if positions is not None:  # drawn below the range by construction
-      return params["pos_table"][positions]
-    return params["pos_table"][:seq_len]
+    return _table_rows(params["pos_table"], seq_len, positions)
 
 
 class Relative(PositionalEncoding):
   name = "relative"
   coupling = "additive"
+  kinds = ("bias",)
   description = ("learned per-layer per-head scalar bias per clipped offset "
                  "(T5 log-buckets optional)")
   toeplitz_label = "symmetric part of the bias"
@@ -307,6 +325,7 @@ class Relative(PositionalEncoding):
 class Alibi(PositionalEncoding):
   name = "alibi"
   coupling = "additive"
+  kinds = ("bias",)
   description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
   options = ("alibi_slopes",)
   toeplitz_label = "symmetric ALiBi bias"
@@ -340,6 +359,7 @@ class Alibi(PositionalEncoding):
 class Kerple(PositionalEncoding):
   toeplitz_label = "KERPLE bias"
   coupling = "additive"
+  kinds = ("bias",)
 
   def __init__(self, kind: str):
     self.kind = kind
@@ -371,6 +391,7 @@ class Kerple(PositionalEncoding):
 class Fire(PositionalEncoding):
   name = "fire"
   coupling = "additive"
+  kinds = ("bias",)
   description = ("FIRE: f_θ(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx+1), per-layer MLP, "
                  "learned c and L")
   options = ("fire_hidden",)
@@ -419,6 +440,7 @@ class Rotary(PositionalEncoding):
     self.reads = ("rope_base",) + _ROPE_SCALING
     # the input sinusoid adds absolute terms: neither pure form
     self.coupling = "" if input_sinusoid else "multiplicative"
+    self.kinds = ("input", "rotary") if input_sinusoid else ("rotary",)
 
   def validate(self, cfg):
     if self.partial and not 0 <= cfg.rope_heads <= cfg.num_heads:
@@ -444,10 +466,6 @@ class Rotary(PositionalEncoding):
   def rotary_heads(self, cfg):
     return cfg.rope_heads if self.partial else cfg.num_heads
 
-  @property
-  def kinds(self):
-    return ("input", "rotary") if self.input_sinusoid else ("rotary",)
-
   def run_label(self, model):
     return f"{self.name} (k={model.get('rope_heads')})" if self.partial else self.name
 
@@ -455,15 +473,11 @@ class Rotary(PositionalEncoding):
 
   def input_table(self, cfg, params, seq_len, positions=None):
     if self.input_sinusoid:
-      return Sinusoidal.input_table(self, cfg, params, seq_len, positions)
+      return _sinusoid_input(cfg, seq_len, positions)
     return None
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
-    freqs = self.rotary_frequencies(cfg)
-    if freqs is None or len(freqs) < 2:
-      return None
-    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
-    return jnp.cos(k * float(freqs[1]))[None]
+    return _phase_coeffs(self.rotary_frequencies(cfg), seq_len)
 
 
 class XPosEncoding(Rotary):
@@ -500,6 +514,8 @@ class MLA(PositionalEncoding):
   name = "mla"
   description = "DeepSeek-style multi-head latent attention with decoupled RoPE"
   latent_attention = True
+  # the faithful model's zero-initialised absolute table is not declared: the
+  # paper's MLA is a rotary PE (decompose and the report treat it so)
   kinds = ("rotary",)
   reads = ("mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
            "rope_base") + _ROPE_SCALING
@@ -528,14 +544,15 @@ class MLA(PositionalEncoding):
   def input_table(self, cfg, params, seq_len, positions=None):
     if "pos_table" not in params:
       return None
-    return Learned.input_table(self, cfg, params, seq_len, positions)
+    return _table_rows(params["pos_table"], seq_len, positions)
 
   def qk_transform(self, cfg):
     if cfg.paper_rotary:
       return P.PaperMLARotation(base=cfg.rope_base)
     return P.Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec)
 
-  toeplitz_coeffs = Rotary.toeplitz_coeffs
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    return _phase_coeffs(self.rotary_frequencies(cfg), seq_len)
 
 
 class CoPE(PositionalEncoding):
@@ -543,6 +560,7 @@ class CoPE(PositionalEncoding):
   description = ("CoPE: q_i·e[p_ij] with contextual positions p_ij = gated counts "
                  "σ(q·k) between key and query, interpolated e (per layer)")
   options = ("cope_positions",)
+  kinds = ("contextual",)
   spectral_note = ("CoPE's positions are gated counts of the content (σ(q·k)): the "
                    "position term depends on the tokens, so it has no Toeplitz form")
 
@@ -581,6 +599,7 @@ class RopeAdditive(PositionalEncoding):
   description = ("RoPE's cosines as an additive bias: sum_k w_hk cos((i-j) θ_k), "
                  "learned per-layer per-head w (the additive twin of rope)")
   coupling = "additive"
+  kinds = ("bias",)
   takes_positions = True
   toeplitz_label = "additive cosine bias (head 0)"
 
@@ -625,6 +644,7 @@ class AlibiMultiplicative(Alibi):
   description = ("ALiBi's kernel as a Hadamard factor: logits times rho_h^|i-j|, "
                  "rho_h = exp(-m_h) (the multiplicative twin of alibi)")
   coupling = "multiplicative"
+  kinds = ("factor",)
   toeplitz_label = "KMS factor ρ^|k| (head 0)"
 
   def validate(self, cfg):
@@ -647,10 +667,6 @@ class AlibiMultiplicative(Alibi):
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     return P.decay_coeffs(seq_len, self.rhos(cfg))
-
-  @property
-  def kinds(self):
-    return ("factor",)
 
 
 for _enc in (

@@ -62,6 +62,7 @@ class ToyDecay(encodings.PositionalEncoding):
   """A PE defined in this test only: a fixed -0.5|i-j| bias on head 0."""
   name = "toy_decay"
   description = "test-only linear decay on head 0"
+  kinds = ("bias",)
 
   def bias(self, cfg, params, seq_len):
     d = jnp.abs(jnp.arange(seq_len)[:, None] - jnp.arange(seq_len)[None, :])
@@ -104,6 +105,29 @@ def test_registry_refuses_duplicates_and_bad_names():
   bad.name = "no spaces"
   with pytest.raises(ValueError, match="identifier"):
     encodings.register(bad)
+  for kinds in (("bias", "offset"), ("bias", "bias")):  # kinds are declared, and checked
+    odd = ToyDecay()
+    odd.kinds = kinds
+    with pytest.raises(ValueError, match="kinds"):
+      encodings.register(odd)
+  assert "toy_decay" not in encodings.names()
+
+
+def test_no_encoding_borrows_another_encodings_methods():
+  """Every hook an encoding has is its own class's or inherited from its own
+  bases: none is another class's function called with a foreign ``self``."""
+  import inspect
+  for name in encodings.names():
+    enc = encodings.get(name)
+    mro = type(enc).__mro__
+    for attr, fn in inspect.getmembers(type(enc), inspect.isfunction):
+      owner = fn.__qualname__.split(".")[0]
+      assert any(c.__name__ == owner for c in mro), (name, attr, fn.__qualname__)
+    src = inspect.getsource(type(enc))
+    others = [c.__name__ for c in {type(encodings.get(n)) for n in encodings.names()}
+              if c not in mro]
+    for other in others:
+      assert f"{other}." not in src, (name, other)
 
 
 # ---------------------------------------------------------------------------
