@@ -521,6 +521,22 @@ class MultiHeadAttention(nnx.Module):
       out = _mask_heads(out, head_mask)
     return self.out_proj(out.reshape(out.shape[:2] + (-1,)))
 
+  # the decomposition's view: no separate rotary channel (rotation acts on whole heads)
+  rotary_channel_start = None
+
+  def decompose_qk(self, x_q, x_q_content, x_kv, x_kv_content, positions):
+    """``(q_c, q_p, k_c, k_p, q_rot, k_rot)``: the unrotated queries and keys
+    ``[batch, seq, heads, head_dim]`` split into their content part (from the
+    content-only inputs ``*_content``, bias included) and the position part
+    (the projection of the remainder: every projection is affine), and the
+    model's transformed queries and keys (``logit_decomposition``)."""
+    q_c = self._heads(self.q_proj(x_q_content))
+    q_p = self._heads((x_q - x_q_content) @ self.q_proj.kernel[...])
+    k_c = self._heads(self.k_proj(x_kv_content))
+    k_p = self._heads((x_kv - x_kv_content) @ self.k_proj.kernel[...])
+    q_rot, k_rot = self.project_qk(x_q, x_kv, positions)
+    return q_c, q_p, k_c, k_p, q_rot, k_rot
+
   def __call__(self, x_q, x_kv, *, positions, bias=None, mask=None,
                head_mask=None, dropout_key=None):
     return self.combine(self.head_outputs(x_q, x_kv, positions=positions, bias=bias,
@@ -593,9 +609,18 @@ class LatentAttention(nnx.Module):
     k = jnp.concatenate([k_c, k_r], axis=-1)
     return q, k
 
-  def head_outputs(self, x, *, positions, bias=None, mask=None,
-                   dropout_key=None):
-    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``)."""
+  def head_outputs(self, x, x_kv=None, *, positions, bias=None, mask=None,
+                   dropout_key=None, bias_fn=None, factor=None, freq_mask=None):
+    """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before
+    ``out_proj``), with :class:`MultiHeadAttention`'s signature. Keys and
+    values come from ``x`` itself (through the shared latent): ``x_kv``, if
+    given, must be ``x``; a contextual term, a logit factor and frequency
+    masks have no latent-attention form and raise."""
+    if x_kv is not None and x_kv is not x:
+      raise ValueError("latent attention computes keys and values from its own input")
+    for name, value in (("bias_fn", bias_fn), ("factor", factor), ("freq_mask", freq_mask)):
+      if value is not None:
+        raise ValueError(f"latent attention does not take {name}")
     b, s, _ = x.shape
     q, k = self.project_qk(x, positions)
     v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
@@ -608,6 +633,23 @@ class LatentAttention(nnx.Module):
     if head_mask is not None:
       out = _mask_heads(out, head_mask)
     return self.out_proj(out.reshape(out.shape[:2] + (-1,)))
+
+  @property
+  def rotary_channel_start(self) -> int:
+    """Where each head's rotary channel starts: ``q = [content | rotary]``."""
+    return self.head_dim
+
+  def decompose_qk(self, x_q, x_q_content, x_kv, x_kv_content, positions):
+    """As :meth:`MultiHeadAttention.decompose_qk` (keys from ``x_q``: the
+    ``x_kv`` arguments must be the same arrays); the rotary channel is left
+    unrotated in the content and position parts (θ = 0)."""
+    if x_kv is not x_q or x_kv_content is not x_q_content:
+      raise ValueError("latent attention computes keys and values from its own input")
+    unrot = lambda x: self.project_qk(x, positions, rotate=False)
+    q_c, k_c = unrot(x_q_content)
+    q_p, k_p = unrot(x_q - x_q_content)  # bias-free projections: exactly the remainder
+    q_rot, k_rot = self.project_qk(x_q, positions)
+    return q_c, q_p, k_c, k_p, q_rot, k_rot
 
   def __call__(self, x, *, positions, bias=None, mask=None, head_mask=None,
                dropout_key=None):

@@ -18,8 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from pe_spectral import encodings
-from pe_spectral.model import ModelConfig
+from pe_spectral.model import ModelConfig, attention_of, script_quirks
 from pe_spectral.tasks import TaskConfig
 from pe_spectral.train import TrainConfig
 
@@ -96,8 +95,7 @@ TRAIN_PRESETS = {
 _FAITHFUL_OPT = dict(b1=0.98, b2=0.9, weight_decay=1e-5, warmup_frac=0.06)
 # The paper trains its MLA model for 150 epochs at batch 1024 against 100 at
 # 512 for the others: 1.5x the examples in 0.75x the steps. Faithful MLA gets
-# that ratio at every preset.
-MLA_EPOCH_FACTOR, MLA_BATCH_FACTOR = 1.5, 2
+# that ratio at every preset (model.MLA_SCRIPT's budget factors).
 
 
 def train_settings(preset: str, pe: str, faithful: bool) -> dict:
@@ -108,9 +106,9 @@ def train_settings(preset: str, pe: str, faithful: bool) -> dict:
   kw = dict(TRAIN_PRESETS[preset])
   if faithful:
     kw.update(_FAITHFUL_OPT)
-    if encodings.get(pe).latent_attention:  # the paper's MLA budget
-      kw["epochs"] = int(round(MLA_EPOCH_FACTOR * kw["epochs"]))
-      kw["batch_size"] = MLA_BATCH_FACTOR * kw["batch_size"]
+    quirks = script_quirks(faithful, attention_of(pe))  # e.g. the paper's MLA budget
+    kw["epochs"] = int(round(quirks.epochs_factor * kw["epochs"]))
+    kw["batch_size"] = quirks.batch_factor * kw["batch_size"]
   return kw
 
 

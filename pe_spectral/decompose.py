@@ -70,23 +70,13 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   hk, hk_c = block.kv_input(hq, e), block.kv_input(hq_c, e_c)
   # Unrotated projections, split into content (bias included) and position
   # parts: every projection is affine, so the position part is linear.
-  if cfg.is_mla:
-    unrot = lambda x: attn.project_qk(x, positions, rotate=False)
-    q_c, k_c = unrot(hq_c)
-    q_p, k_p = unrot(hq - hq_c)  # bias-free projections: exactly the remainder
-    q_rot, k_rot = attn.project_qk(hq, positions)
-  else:
-    q_c = _heads(attn.q_proj(hq_c), h)
-    q_p = _heads((hq - hq_c) @ attn.q_proj.kernel[...], h)
-    k_c = _heads(attn.k_proj(hk_c), h)
-    k_p = _heads((hk - hk_c) @ attn.k_proj.kernel[...], h)
-    q_rot, k_rot = attn.project_qk(hq, hk, positions)
+  q_c, q_p, k_c, k_p, q_rot, k_rot = attn.decompose_qk(hq, hq_c, hk, hk_c, positions)
   scale = 1.0 / math.sqrt(q_c.shape[-1])  # MLA: 1/sqrt(head_dim + rope_dim)
   gram = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b) * scale
   bias = block.bias(n)
   bias = jnp.zeros((h, n, n)) if bias is None else bias
   q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
-  if not cfg.is_mla and "contextual" in cfg.encoding.kinds:
+  if "contextual" in cfg.encoding.kinds:
     # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
     bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
   # a multiplicative decay (alibi_multiplicative): the θ = 0 / ρ = 1
@@ -100,8 +90,8 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   out["logits"] = (content if factor is None else content * factor) + bias
   qh, kh = jnp.moveaxis(q, 2, 1), jnp.moveaxis(k, 2, 1)  # [b, h, n, d]
   freqs = cfg.rotary_frequencies()  # None unless the q/k transform is a rotation
-  if cfg.is_mla:
-    c = attn.head_dim
+  c = attn.rotary_channel_start  # a decoupled rotary channel (MLA), or None
+  if c is not None:
     out["mla_content"] = gram(q_rot[..., :c], k_rot[..., :c])
     out["mla_rotary"] = gram(q_rot[..., c:], k_rot[..., c:])
     if freqs is not None:

@@ -25,6 +25,7 @@ same steps). Pure use:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Optional
 
@@ -39,9 +40,55 @@ from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
                                    dropout, torch_linear)
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
-           "PAD_ID"]
+           "PAD_ID", "ScriptQuirks", "script_quirks", "attention_of", "CLEAN", "TRANS_PY", "MLA_SCRIPT"]
 
 PAD_ID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptQuirks:
+  """The paper scripts' behaviours, each by name (docs/protocol.md). The model,
+  the label rule and the training budget read these, never which PE or
+  attention a run has. A clean run has :data:`CLEAN`; a faithful run the
+  quirks of the script that trains its PE (:func:`script_quirks`)."""
+  kv_from_input: bool = False     # keys/values of every layer from the input embeddings
+  mask_padding: bool = True       # padding keys masked, and pooled over real tokens only
+  final_norm: bool = True         # a LayerNorm before pooling
+  activation: str = "relu"        # the feed-forward non-linearity: "relu" or "gelu" (exact)
+  attention_dropout: bool = True  # dropout on the attention probabilities
+  output_dropout: bool = True     # dropout on the attention output
+  hidden_dropout: bool = False    # dropout after the feed-forward activation
+  counts_label_zero: bool = True  # examples with label 0 count in the loss and accuracy
+  epochs_factor: float = 1.0      # the script's training budget against trans.py's:
+  batch_factor: int = 1           #   epochs and batch size multiplied by these
+
+
+CLEAN = ScriptQuirks()
+# trans.py, which trains every PE of the paper but MLA
+TRANS_PY = ScriptQuirks(kv_from_input=True, mask_padding=False, final_norm=False,
+                        counts_label_zero=False)
+# the paper's MLA script: GELU, no dropout on the attention (probabilities or
+# output) but one after the activation, the label-0 examples counted, and
+# 1.5x the epochs at 2x the batch
+MLA_SCRIPT = ScriptQuirks(activation="gelu", attention_dropout=False, output_dropout=False,
+                          hidden_dropout=True, epochs_factor=1.5, batch_factor=2)
+
+ACTIVATIONS = {"relu": jax.nn.relu,
+               "gelu": functools.partial(jax.nn.gelu, approximate=False)}
+
+
+def attention_of(pe: str) -> str:
+  """The attention architecture PE ``pe`` declares: ``"mla"`` (latent attention
+  with a decoupled rotary channel) or ``"mha"``."""
+  return "mla" if encodings.get(pe).latent_attention else "mha"
+
+
+def script_quirks(faithful: bool, attention: str) -> ScriptQuirks:
+  """The quirks a run gets: none when clean; when faithful, those of the
+  paper's script for this attention (``"mla"``: its MLA script, else trans.py)."""
+  if not faithful:
+    return CLEAN
+  return MLA_SCRIPT if attention == "mla" else TRANS_PY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +262,9 @@ class ModelConfig:
 
   @property
   def num_rope_heads(self) -> int:
-    """Heads whose q/k are transformed in a standard attention layer."""
-    return 0 if self.is_mla else self.encoding.rotary_heads(self)
+    """Heads whose q/k are transformed in a standard attention layer (0 for
+    latent attention, whose rotation is a channel of its own)."""
+    return self.encoding.rotary_heads(self)
 
   def rotary_frequencies(self):
     """The inverse frequencies ``[d/2]`` of this model's rotation (rotary heads
@@ -226,8 +274,14 @@ class ModelConfig:
     return self.encoding.rotary_frequencies(self)
 
   @property
-  def is_mla(self) -> bool:
-    return self.encoding.latent_attention
+  def attention(self) -> str:
+    """The attention architecture, as the PE declares it (:func:`attention_of`)."""
+    return attention_of(self.pe)
+
+  @property
+  def quirks(self) -> ScriptQuirks:
+    """The paper-script behaviours of this run (:func:`script_quirks`)."""
+    return script_quirks(self.faithful, self.attention)
 
   @property
   def shared_rope_query(self) -> bool:
@@ -258,15 +312,15 @@ class ModelConfig:
   @property
   def kv_from_input(self) -> bool:
     """Paper quirk: K/V of every layer come from the input embeddings."""
-    return self.faithful and not self.is_mla
+    return self.quirks.kv_from_input
 
   @property
   def mask_padding(self) -> bool:
-    return not self.kv_from_input
+    return self.quirks.mask_padding
 
   @property
   def final_norm(self) -> bool:
-    return not self.kv_from_input
+    return self.quirks.final_norm
 
   @property
   def position_range(self) -> int:
@@ -324,20 +378,7 @@ class _Block(nnx.Module):
     self.ln1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
     self.ln2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
     enc = cfg.encoding
-    if cfg.is_mla:
-      self.attn = LatentAttention(
-          cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
-          rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
-          rotary=enc.qk_transform(cfg),
-          # the paper's MLA has no attention dropout; the clean model gives
-          # every PE the same regularisation
-          attn_dropout=0.0 if cfg.faithful else cfg.dropout,
-          init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
-    else:
-      self.attn = MultiHeadAttention(
-          cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
-          rotary=enc.qk_transform(cfg), attn_dropout=cfg.dropout,
-          init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
+    self.attn = _ATTENTION[cfg.attention](cfg, rngs)
     self.ff1 = torch_linear(cfg.d_model, cfg.d_ff, rngs=rngs,
                             init_scheme=cfg.init)
     self.ff2 = torch_linear(cfg.d_ff, cfg.d_model, rngs=rngs,
@@ -381,9 +422,6 @@ class _Block(nnx.Module):
     (``freq_mask [heads, pairs]``: 0 turns that rotary pair's rotation off)."""
     h = self.ln1(x)
     bias = self.bias(x.shape[1], positions)
-    if self.cfg.is_mla:
-      return self.attn.head_outputs(h, positions=positions, bias=bias, mask=mask,
-                                    dropout_key=key)
     bias_fn = None
     if "contextual" in self.cfg.encoding.kinds:
       bias_fn = lambda q, k: self.content_bias(q, k, mask)
@@ -395,17 +433,14 @@ class _Block(nnx.Module):
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)
     head outputs, residual, feed-forward."""
-    cfg = self.cfg
+    cfg, quirks = self.cfg, self.cfg.quirks
     a = self.attn.combine(heads_out, head_mask)
-    if not (cfg.faithful and cfg.is_mla):  # no dropout after the paper's MLA attention
+    if quirks.output_dropout:
       a = dropout(a, cfg.dropout, keys[1])
     x = x + a
-    f = self.ff1(self.ln2(x))
-    if cfg.faithful and cfg.is_mla:
-      f = jax.nn.gelu(f, approximate=False)
+    f = ACTIVATIONS[quirks.activation](self.ff1(self.ln2(x)))
+    if quirks.hidden_dropout:
       f = dropout(f, cfg.dropout, keys[2])
-    else:
-      f = jax.nn.relu(f)
     f = dropout(self.ff2(f), cfg.dropout, keys[3])
     return x + f
 
@@ -414,6 +449,29 @@ class _Block(nnx.Module):
     o = self.head_outputs(x, e, positions=positions, mask=mask, key=keys[0],
                           freq_mask=freq_mask)
     return self.finish(x, o, head_mask=head_mask, keys=keys)
+
+
+def _multi_head(cfg: ModelConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
+  return MultiHeadAttention(
+      cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
+      rotary=cfg.encoding.qk_transform(cfg),
+      attn_dropout=cfg.dropout if cfg.quirks.attention_dropout else 0.0,
+      init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
+
+
+def _latent(cfg: ModelConfig, rngs: nnx.Rngs) -> LatentAttention:
+  return LatentAttention(
+      cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
+      rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
+      rotary=cfg.encoding.qk_transform(cfg),
+      # the paper's MLA has no attention dropout (ScriptQuirks); the clean
+      # model gives every PE the same regularisation
+      attn_dropout=cfg.dropout if cfg.quirks.attention_dropout else 0.0,
+      init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
+
+
+# ModelConfig.attention -> the attention module of a block
+_ATTENTION = {"mha": _multi_head, "mla": _latent}
 
 
 def _run_block(positions):
@@ -577,7 +635,7 @@ def check_freq_mask(cfg: ModelConfig, freq_mask) -> None:
   """Raises ``ValueError`` unless ``freq_mask`` can switch off ``cfg``'s
   rotary pairs: a rotary PE in standard attention, shape
   ``[num_layers, num_heads, head_dim/2]``."""
-  if cfg.is_mla or cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
+  if cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
     raise ValueError(f"frequency masks need a rotation on standard attention heads; "
                      f"pe={cfg.pe!r} has none")
   want = (cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)

@@ -19,8 +19,9 @@ Loss/accuracy rules (``LabelRule``):
 * clean: classes are the task's label range (``label - label_min``), every
   example counts;
 * faithful (paper): the head has ``vocab_size`` outputs, class = raw label,
-  examples with label 0 are ignored in loss and accuracy -- except the paper's
-  MLA script, which counts them (docs/protocol.md).
+  examples with label 0 are ignored in loss and accuracy -- unless the run's
+  script counts them (``ScriptQuirks.counts_label_zero``: the paper's MLA
+  script; docs/protocol.md).
 """
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def label_rule(task: TaskConfig, model_cfg: model_lib.ModelConfig) -> LabelRule:
   if model_cfg.faithful:
     if model_cfg.num_classes <= task.label_max:
       raise ValueError("faithful mode: num_classes must exceed the largest label")
-    return LabelRule(model_cfg.num_classes, 0, ignore_zero=not model_cfg.is_mla)
+    return LabelRule(model_cfg.num_classes, 0,
+                     ignore_zero=not model_cfg.quirks.counts_label_zero)
   return LabelRule(task.num_labels, task.label_min, ignore_zero=False)
 
 

@@ -241,3 +241,70 @@ def test_out_of_range_token_ids_are_refused():
   for bad in (jnp.full((2, 5), 11), jnp.full((2, 5), -1)):
     with pytest.raises(ValueError, match=r"token ids must be in \[0, vocab_size=11\)"):
       apply_model(graphdef, params, bad)
+
+
+def test_script_quirks_name_every_paper_behaviour():
+  """A clean run has no quirk; a faithful run those of its script (trans.py,
+  or the MLA script for latent attention); the label rule and the budget
+  follow them."""
+  from pe_spectral import config as configs
+  from pe_spectral import model as M
+  from pe_spectral import train
+  assert _cfg("rope").quirks == M.CLEAN and _cfg("mla").quirks == M.CLEAN
+  assert _cfg("rope", faithful=True).quirks == M.TRANS_PY
+  assert _cfg("mla", faithful=True).quirks == M.MLA_SCRIPT
+  assert _cfg("mla").attention == "mla" and _cfg("cope").attention == "mha"
+  for pe, faithful in (("rope", True), ("mla", True), ("alibi", False)):
+    rc = configs.build("smoke", "count", pe, faithful=faithful)
+    rule = train.label_rule(rc.task, rc.model)
+    assert rule.ignore_zero == (not rc.model.quirks.counts_label_zero)
+    base = configs.train_settings("study", "rope", faithful)
+    got = configs.train_settings("study", pe, faithful)
+    q = rc.model.quirks
+    assert got["epochs"] == round(q.epochs_factor * base["epochs"])
+    assert got["batch_size"] == q.batch_factor * base["batch_size"]
+
+
+def test_the_model_reads_its_behaviours_from_the_quirks(monkeypatch):
+  """Changing one named behaviour changes exactly what it names: the faithful
+  rope model with the MLA script's GELU is the same parameters through an
+  exact-GELU feed-forward (oracle: the block recomputed by hand), and turning
+  on final_norm adds the final LayerNorm."""
+  import dataclasses
+  from pe_spectral import model as M
+  cfg = _cfg("rope", faithful=True, dropout=0.0)
+  ids = _ids(jax.random.key(1))
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  relu = apply_model(graphdef, params, ids)
+  gelu_quirks = dataclasses.replace(M.TRANS_PY, activation="gelu")
+  monkeypatch.setattr(M, "script_quirks", lambda faithful, attention: gelu_quirks)
+  g2, p2 = init_model(cfg, jax.random.key(0))
+  gelu = apply_model(g2, p2, ids)
+  assert float(jnp.abs(gelu - relu).max()) > 1e-4
+  # the oracle: the same forward with the activation swapped by hand
+  model = nnx.merge(g2, p2)
+  e = model.embed_inputs(ids)
+  ctx = model.context(ids)
+  x = e
+  for blk in model.blocks:
+    o = blk.head_outputs(x, e, **ctx)
+    x = x + blk.attn.combine(o)
+    x = x + blk.ff2(jax.nn.gelu(blk.ff1(blk.ln2(x)), approximate=False))
+  np.testing.assert_allclose(gelu, model.classify(x, ids), atol=1e-5)
+  normed = dataclasses.replace(M.TRANS_PY, final_norm=True)
+  monkeypatch.setattr(M, "script_quirks", lambda faithful, attention: normed)
+  assert "final_ln" in init_model(cfg, jax.random.key(0))[1]
+  assert "final_ln" not in params
+
+
+def test_latent_attention_refuses_what_it_has_no_form_for():
+  cfg = _cfg("mla")
+  attn = nnx.merge(*init_model(cfg, jax.random.key(0))).blocks[0].attn
+  x = jax.random.normal(jax.random.key(3), (2, 6, TINY["d_model"]))
+  pos = jnp.arange(6)
+  np.testing.assert_array_equal(attn.head_outputs(x, x, positions=pos),
+                                attn.head_outputs(x, positions=pos))
+  with pytest.raises(ValueError, match="own input"):
+    attn.head_outputs(x, x + 1, positions=pos)
+  with pytest.raises(ValueError, match="factor"):
+    attn.head_outputs(x, positions=pos, factor=jnp.ones((2, 6, 6)))
