@@ -217,144 +217,187 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
                         notify=notify, t_start=t_start)
 
 
+class _Session(NamedTuple):
+  """What one training session of a run works with (fixed while it runs)."""
+  rc: Any
+  seeds: list
+  workdir: str
+  paths: dict
+  steps: Steps
+  mesh: Any
+  keys: Any           # the seeds' key material, placed on the mesh
+  arrays: dict        # the placed data: train/test ids and labels, the train-eval subset
+  writer: bool        # process 0: the one that writes files
+
+
 def _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths, *, eval_every,
                  resume, max_to_keep, record_spectra, record_curvature, progress,
                  should_stop, on_checkpoint, notify, t_start) -> dict:
-  """:func:`run` once the workdir is locked: config checks, resume, train, files."""
-  writer = jax.process_index() == 0
+  """:func:`run` once the workdir is locked: resume or init, the loop, summarise."""
   total = steps.total_steps
-  num_train = data.train_ids.shape[0]
   if total != config["total_steps"]:
     raise AssertionError(f"the steps have {total} steps, the config {config['total_steps']}")
-  init, chunk, evaluate = (train_lib.jit_init(steps), train_lib.jit_chunk(steps),
-                           train_lib.jit_evaluate(steps))
-  fetch = devices.fetch
-
-  keys = devices.shard(train_lib.seed_keys(seeds), mesh)
-  n_sub = min(rc.train.train_eval_examples, num_train)
-  train_ids, train_labels, test_ids, test_labels, sub_ids, sub_labels = (
-      devices.replicate((data.train_ids, data.train_labels, data.test_ids,
-                         data.test_labels, data.train_ids[:n_sub],
-                         data.train_labels[:n_sub]), mesh))
-
-  unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and resume else []
-  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=fetch)
+  n_sub = min(rc.train.train_eval_examples, data.train_ids.shape[0])
+  placed = devices.replicate((data.train_ids, data.train_labels, data.test_ids,
+                              data.test_labels, data.train_ids[:n_sub],
+                              data.train_labels[:n_sub]), mesh)
+  session = _Session(rc, list(seeds), workdir, paths, steps, mesh,
+                     devices.shard(train_lib.seed_keys(seeds), mesh),
+                     dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
+                               "sub_ids", "sub_labels"), placed)),
+                     jax.process_index() == 0)
+  unfinished = remove_unfinished_saves(paths["ckpt"]) if session.writer and resume else []
+  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=devices.fetch)
   try:
-    step, elapsed = 0, 0.0
-    kept_steps = ckpt.all_steps() if resume else []
-    if kept_steps:
-      try:
-        states, meta, step, skipped = ckpt.restore_verified(
-            steps.abstract_state(len(seeds), mesh))
-      except CheckpointError as e:
-        raise CheckpointError(f"{e}; pass --noresume to start {workdir} over") from None
-      if skipped and writer:
-        for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
-          ckpt.delete(bad)
-      step, elapsed = int(meta["step"]), float(meta["elapsed"])
-      why = skipped + [f"step {u}: its save was cut off (removed)" for u in unfinished]
-      notify(f"resuming {workdir} from step {step} of {total}"
-             + (f" (skipped: {'; '.join(why)})" if why else ""))
-      records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
-    else:
-      states = init(keys)
-      records = []
-      if unfinished:
-        notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
-               f"of step {', '.join(unfinished)} was removed)")
-    if writer:  # drop evaluations past the checkpoint (they will be redone)
-      truncate_jsonl(paths["metrics"], step)
-      truncate_jsonl(paths["steps"], step)
-      if record_spectra:
-        truncate_jsonl(paths["spectra"], step)
-      if record_curvature:
-        truncate_jsonl(paths["curvature"], step)
-    probe_ids = test_ids[:record_spectra] if record_spectra else None
-    curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
-                             if record_curvature else (None, None))
-
-    first = True  # this session's first chunk: its calls compile
-    while step < total:
-      t0 = time.time()
-      k = min(eval_every, total - step)
-      states, losses = chunk(states, keys, train_ids, train_labels, num_steps=k)
-      # A jitted call traces and compiles before it returns; the execution
-      # itself is asynchronous (``fetch`` waits for it, polling, so that
-      # Ctrl-C is handled at once). The calls' own time is compilation.
-      compile_s = time.time() - t0
-      losses = fetch(losses)  # [seeds, k]
-      # Losses are measured before each update, so the last update of a chunk
-      # can break the state with every loss finite: check the state as well,
-      # and never save a checkpoint that is not finite.
-      ok = np.isfinite(losses).all(1) & fetch(train_lib.finite(states))
-      if not ok.all():
-        bad = [s for s, good in zip(seeds, ok) if not good]
-        last_good = ckpt.latest_step()
-        kept = (f"The last good checkpoint (step {last_good}) is kept in {paths['ckpt']}"
-                if last_good is not None else
-                "No checkpoint was saved (the run diverged before its first evaluation)")
-        raise NonFiniteLossError(
-            f"non-finite loss or parameters between steps {step} and {step + k} for "
-            f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
-      step += k
-      t1 = time.time()
-      test_eval = evaluate(states["params"], test_ids, test_labels)
-      train_eval = evaluate(states["params"], sub_ids, sub_labels)[0]
-      compile_s += time.time() - t1
-      test_acc, test_loss = map(fetch, test_eval)
-      train_acc = fetch(train_eval)
-      dt = time.time() - t0
-      elapsed += dt
-      rec = {"step": step, "epoch": step / steps.steps_per_epoch,
-             "examples_seen": step * rc.train.batch_size,  # per seed
-             "train_loss": losses.mean(1).tolist(),
-             "test_loss": np.asarray(test_loss).tolist(),
-             "test_accuracy": np.asarray(test_acc).tolist(),
-             "train_accuracy": np.asarray(train_acc).tolist(),
-             "elapsed": elapsed}
-      rec = {k: json_safe(v) for k, v in rec.items()}
-      records.append(rec)
-      if writer:
-        with open(paths["metrics"], "a") as f:
-          f.write(json.dumps(rec, allow_nan=False) + "\n")
-        # every step's loss (measured before its update), for loss-spike counts
-        with open(paths["steps"], "a") as f:
-          f.write(json.dumps({"step": step, "first_step": step - k,
-                              "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
-      t_rec = time.time()
-      if record_spectra:
-        spec = _spectra_record(steps, states, probe_ids, step)
-        if writer:
-          with open(paths["spectra"], "a") as f:
-            f.write(json.dumps(spec) + "\n")
-      if record_curvature:
-        curv = _curvature_record(steps, states, curv_ids, curv_labels, step)
-        if writer:
-          with open(paths["curvature"], "a") as f:
-            f.write(json.dumps(curv, allow_nan=False) + "\n")
-      rec_s = time.time() - t_rec  # spectra/curvature (their first call compiles too)
-      ckpt.save(step, states, {"step": step, "elapsed": elapsed})
-      if on_checkpoint is not None:
-        on_checkpoint(step)
-      if should_stop is not None and should_stop() and step < total:
-        ckpt.wait()
-        raise Interrupted(step)
-      if progress:
-        # Measured work only: the first chunk's compilation is left out (and
-        # so is its recording, which also compiles; later chunks count it).
-        run_s = max(dt - compile_s, 1e-9)
-        chunk_s = run_s + (0.0 if first else rec_s)
-        progress({"step": step, "total": total, "steps_per_s": k / run_s,
-                  "eta_s": (total - step) * chunk_s / k, "chunk_s": chunk_s,
-                  "compile_s": compile_s if first else None,
-                  "loss_mean": float(losses.mean()),
-                  "loss_std": float(losses.mean(1).std()),
-                  "test_accuracy_mean": float(np.mean(test_acc)),
-                  "train_accuracy_mean": float(np.mean(train_acc))})
-      first = False
+    states, step, elapsed, records = _resume_or_init(
+        session, ckpt, resume=resume, unfinished=unfinished, notify=notify,
+        recorded=[k for k, on in (("spectra", record_spectra),
+                                  ("curvature", record_curvature)) if on])
+    records = _train_loop(session, ckpt, states, step, elapsed, records,
+                          eval_every=eval_every, record_spectra=record_spectra,
+                          record_curvature=record_curvature, progress=progress,
+                          should_stop=should_stop, on_checkpoint=on_checkpoint)
   finally:
     ckpt.close()  # awaits the asynchronous save
+  return _summarise(session, records, record_spectra=record_spectra, t_start=t_start)
 
+
+def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, recorded):
+  """``(states, step, elapsed, records)``: the newest checkpoint that verifies
+  (newer ones that do not are deleted) and the evaluations up to it, or a fresh
+  init; the JSONL files are cut back to that step (``recorded``: the optional
+  ones this run writes)."""
+  paths, workdir, total = session.paths, session.workdir, session.steps.total_steps
+  step, elapsed = 0, 0.0
+  kept_steps = ckpt.all_steps() if resume else []
+  if kept_steps:
+    try:
+      states, meta, step, skipped = ckpt.restore_verified(
+          session.steps.abstract_state(len(session.seeds), session.mesh))
+    except CheckpointError as e:
+      raise CheckpointError(f"{e}; pass --noresume to start {workdir} over") from None
+    if skipped and session.writer:
+      for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
+        ckpt.delete(bad)
+    step, elapsed = int(meta["step"]), float(meta["elapsed"])
+    why = skipped + [f"step {u}: its save was cut off (removed)" for u in unfinished]
+    notify(f"resuming {workdir} from step {step} of {total}"
+           + (f" (skipped: {'; '.join(why)})" if why else ""))
+    records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
+  else:
+    states = train_lib.jit_init(session.steps)(session.keys)
+    records = []
+    if unfinished:
+      notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
+             f"of step {', '.join(unfinished)} was removed)")
+  if session.writer:  # drop evaluations past the checkpoint (they will be redone)
+    for name in ["metrics", "steps"] + list(recorded):
+      truncate_jsonl(paths[name], step)
+  return states, step, elapsed, records
+
+
+def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, records: list, *,
+                eval_every, record_spectra, record_curvature, progress, should_stop,
+                on_checkpoint) -> list:
+  """Chunks of ``eval_every`` steps from ``step`` to the end, each followed by
+  an evaluation, its records and a checkpoint. Returns every evaluation's
+  record; raises :class:`NonFiniteLossError` or :class:`Interrupted`."""
+  rc, seeds, paths, steps, keys = (session.rc, session.seeds, session.paths, session.steps,
+                                   session.keys)
+  arr, writer, total = session.arrays, session.writer, steps.total_steps
+  chunk, evaluate, fetch = (train_lib.jit_chunk(steps), train_lib.jit_evaluate(steps),
+                            devices.fetch)
+  train_ids, train_labels = arr["train_ids"], arr["train_labels"]
+  probe_ids = arr["test_ids"][:record_spectra] if record_spectra else None
+  curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
+                           if record_curvature else (None, None))
+
+  first = True  # this session's first chunk: its calls compile
+  while step < total:
+    t0 = time.time()
+    k = min(eval_every, total - step)
+    states, losses = chunk(states, keys, train_ids, train_labels, num_steps=k)
+    # A jitted call traces and compiles before it returns; the execution
+    # itself is asynchronous (``fetch`` waits for it, polling, so that
+    # Ctrl-C is handled at once). The calls' own time is compilation.
+    compile_s = time.time() - t0
+    losses = fetch(losses)  # [seeds, k]
+    # Losses are measured before each update, so the last update of a chunk
+    # can break the state with every loss finite: check the state as well,
+    # and never save a checkpoint that is not finite.
+    ok = np.isfinite(losses).all(1) & fetch(train_lib.finite(states))
+    if not ok.all():
+      bad = [s for s, good in zip(seeds, ok) if not good]
+      last_good = ckpt.latest_step()
+      kept = (f"The last good checkpoint (step {last_good}) is kept in {paths['ckpt']}"
+              if last_good is not None else
+              "No checkpoint was saved (the run diverged before its first evaluation)")
+      raise NonFiniteLossError(
+          f"non-finite loss or parameters between steps {step} and {step + k} for "
+          f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
+    step += k
+    t1 = time.time()
+    test_eval = evaluate(states["params"], arr["test_ids"], arr["test_labels"])
+    train_eval = evaluate(states["params"], arr["sub_ids"], arr["sub_labels"])[0]
+    compile_s += time.time() - t1
+    test_acc, test_loss = map(fetch, test_eval)
+    train_acc = fetch(train_eval)
+    dt = time.time() - t0
+    elapsed += dt
+    rec = {"step": step, "epoch": step / steps.steps_per_epoch,
+           "examples_seen": step * rc.train.batch_size,  # per seed
+           "train_loss": losses.mean(1).tolist(),
+           "test_loss": np.asarray(test_loss).tolist(),
+           "test_accuracy": np.asarray(test_acc).tolist(),
+           "train_accuracy": np.asarray(train_acc).tolist(),
+           "elapsed": elapsed}
+    rec = {k: json_safe(v) for k, v in rec.items()}
+    records.append(rec)
+    if writer:
+      with open(paths["metrics"], "a") as f:
+        f.write(json.dumps(rec, allow_nan=False) + "\n")
+      # every step's loss (measured before its update), for loss-spike counts
+      with open(paths["steps"], "a") as f:
+        f.write(json.dumps({"step": step, "first_step": step - k,
+                            "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
+    t_rec = time.time()
+    if record_spectra:
+      spec = _spectra_record(steps, states, probe_ids, step)
+      if writer:
+        with open(paths["spectra"], "a") as f:
+          f.write(json.dumps(spec) + "\n")
+    if record_curvature:
+      curv = _curvature_record(steps, states, curv_ids, curv_labels, step)
+      if writer:
+        with open(paths["curvature"], "a") as f:
+          f.write(json.dumps(curv, allow_nan=False) + "\n")
+    rec_s = time.time() - t_rec  # spectra/curvature (their first call compiles too)
+    ckpt.save(step, states, {"step": step, "elapsed": elapsed})
+    if on_checkpoint is not None:
+      on_checkpoint(step)
+    if should_stop is not None and should_stop() and step < total:
+      ckpt.wait()
+      raise Interrupted(step)
+    if progress:
+      # Measured work only: the first chunk's compilation is left out (and
+      # so is its recording, which also compiles; later chunks count it).
+      run_s = max(dt - compile_s, 1e-9)
+      chunk_s = run_s + (0.0 if first else rec_s)
+      progress({"step": step, "total": total, "steps_per_s": k / run_s,
+                "eta_s": (total - step) * chunk_s / k, "chunk_s": chunk_s,
+                "compile_s": compile_s if first else None,
+                "loss_mean": float(losses.mean()),
+                "loss_std": float(losses.mean(1).std()),
+                "test_accuracy_mean": float(np.mean(test_acc)),
+                "train_accuracy_mean": float(np.mean(train_acc))})
+    first = False
+  return records
+
+
+def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> dict:
+  """``summary.json`` (and the figures) from the evaluations of a finished run."""
+  rc, seeds, paths, workdir = session.rc, session.seeds, session.paths, session.workdir
+  total = session.steps.total_steps
   if not records or records[-1]["step"] != total:
     raise CheckpointError(
         f"{paths['metrics']} lacks the evaluations up to step {total} that the "
@@ -379,7 +422,7 @@ def _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths, *, eval_e
       "wall_seconds": last["elapsed"],
       "session_wall_seconds": time.time() - t_start,
   }
-  if writer:
+  if session.writer:
     write_json(paths["summary"], summary)
     title = f"{rc.task.name} / {rc.model.pe}" + (" (faithful)" if rc.model.faithful
                                                  else "")
