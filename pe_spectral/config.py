@@ -16,6 +16,8 @@ override. Validation happens here and in the config dataclasses themselves.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from typing import Optional
 
 from pe_spectral.model import ModelConfig, attention_of, script_quirks
@@ -154,10 +156,29 @@ _NOT_OVERRIDABLE = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def field_types() -> dict:
+  """``{(section, field): (type, optional)}`` of every field of the three
+  configs, resolved from their annotations (``typing.get_type_hints``):
+  ``Optional[int]`` is ``(int, True)``."""
+  out = {}
+  for sec, cls in SECTIONS.items():
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+      hint = hints[f.name]
+      args = typing.get_args(hint)
+      optional = type(None) in args
+      base = next(a for a in args if a is not type(None)) if optional else hint
+      out[(sec, f.name)] = (base, optional)
+  return out
+
+
 def config_fields() -> dict:
-  """``{(section, field): type text}`` of every field of the three configs."""
-  return {(sec, f.name): str(f.type) for sec, cls in SECTIONS.items()
-          for f in dataclasses.fields(cls)}
+  """``{(section, field): type text}`` (e.g. ``"Optional[int]"``) of every
+  field of the three configs."""
+  name = lambda t: getattr(t, "__name__", str(t))
+  return {k: f"Optional[{name(t)}]" if opt else name(t)
+          for k, (t, opt) in field_types().items()}
 
 
 def overridable_fields() -> dict:
@@ -171,12 +192,10 @@ def parse_override(section: str, name: str, text: str):
   flag = f"--config.{section}.{name}"
   if (section, name) in _NOT_OVERRIDABLE:
     raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
-  types = overridable_fields()
-  if (section, name) not in types:
+  if (section, name) not in overridable_fields():
     raise ValueError(f"{flag}: no such field")
-  kind = types[(section, name)].replace(" ", "")
-  optional = kind.startswith("Optional[")
-  base = kind[len("Optional["):-1] if optional else kind
+  base_type, optional = field_types()[(section, name)]
+  base = getattr(base_type, "__name__", str(base_type))
   t = text.strip()
   if optional and t.lower() in ("none", "null"):
     return None
@@ -194,7 +213,7 @@ def parse_override(section: str, name: str, text: str):
   except ValueError:
     pass
   else:
-    raise ValueError(f"{flag}: unsupported field type {kind}")
+    raise ValueError(f"{flag}: unsupported field type {config_fields()[(section, name)]}")
   raise ValueError(f"{flag} takes {'an ' if base == 'int' else 'a '}{base}"
                    f"{' or none' if optional else ''}, got {text!r}")
 

@@ -124,12 +124,12 @@ def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
   samples = {"int": "7", "float": "0.25", "bool": "true", "str": "x"}
   fields = configs.overridable_fields()
   assert ("model", "d_model") in fields and ("model", "pe") not in fields
+  types = configs.field_types()
   for (section, name), kind in fields.items():
-    base = kind.replace(" ", "")
-    optional = base.startswith("Optional[")
-    base = base[len("Optional["):-1] if optional else base
-    value = configs.parse_override(section, name, samples[base])  # every type is known
-    assert type(value).__name__ == base, (section, name, kind)
+    base_type, optional = types[(section, name)]
+    assert kind == (f"Optional[{base_type.__name__}]" if optional else base_type.__name__)
+    value = configs.parse_override(section, name, samples[base_type.__name__])  # all known
+    assert type(value) is base_type, (section, name, kind)
     if optional:
       assert configs.parse_override(section, name, "None") is None
   assert configs.parse_override("train", "b2", "1e-3") == 1e-3
