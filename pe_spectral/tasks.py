@@ -27,15 +27,18 @@ TASKS = ("distance", "count")
 _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 
 
-# The fields only one task reads (the rest apply to both).
+# The fields only one task reads (the rest apply to every task); a new task
+# adds its own here.
 DISTANCE_FIELDS = ("side_min", "side_max", "mid_min", "mid_max")
 COUNT_FIELDS = ("num_triggers", "count_max")
+TASK_FIELDS = {"distance": DISTANCE_FIELDS, "count": COUNT_FIELDS}
 
 
 def recorded_fields(d: dict) -> dict:
-  """A TaskConfig dict without the other task's generator fields: what
-  :meth:`TaskConfig.to_dict` records."""
-  drop = COUNT_FIELDS if d.get("name") == "distance" else DISTANCE_FIELDS
+  """A TaskConfig dict without the other tasks' generator fields
+  (:data:`TASK_FIELDS`): what :meth:`TaskConfig.to_dict` records."""
+  own = set(TASK_FIELDS.get(d.get("name"), ()))
+  drop = {f for fields in TASK_FIELDS.values() for f in fields} - own
   return {k: v for k, v in d.items() if k not in drop}
 
 

@@ -77,6 +77,7 @@ def test_refused_fields_are_recorded_only_where_they_apply(pe):
 def test_task_records_only_its_own_generator_fields(task):
   cfg = configs.task_config("smoke", task)
   d = cfg.to_dict()
+  assert set(tasks.TASK_FIELDS) == set(tasks.TASKS)  # every task declares its own fields
   other = tasks.COUNT_FIELDS if task == "distance" else tasks.DISTANCE_FIELDS
   assert not set(other) & set(d) and set(tasks.COUNT_FIELDS + tasks.DISTANCE_FIELDS) - set(other) <= set(d)
   base = tasks.generate(cfg)
