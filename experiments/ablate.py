@@ -120,6 +120,7 @@ def analyse(wd: str) -> int:
   dep = ablation.deposit_scores(res["baseline"], res["ablated"])
   # bounded per-seed scores: percentile-bootstrap CIs over seeds, per layer
   score_ci = [stats.bootstrap_mean_ci(col) for col in dep["score"].T]
+  bounded_ci = [stats.bootstrap_mean_ci(col) for col in dep["score_bounded"].T]
   drop_ci = [stats.bootstrap_mean_ci(col) for col in 100 * dep["max_drop"].T]
   mean_drop = 100 * dep["drops"].mean(0)
   out = {
@@ -136,6 +137,11 @@ def analyse(wd: str) -> int:
       "deposit_score": dep["score"].tolist(),
       "deposit_score_mean": [m for m, _, _ in score_ci],
       "deposit_score_ci95": [[lo, hi] for _, lo, hi in score_ci],
+      # in [0, 1] (drops clipped at 0; ablation.deposit_scores): the original
+      # score exceeds 1 where a knock-out raises accuracy
+      "deposit_score_bounded": dep["score_bounded"].tolist(),
+      "deposit_score_bounded_mean": [m for m, _, _ in bounded_ci],
+      "deposit_score_bounded_ci95": [[lo, hi] for _, lo, hi in bounded_ci],
       "max_drop_points_mean": [m for m, _, _ in drop_ci],
       "max_drop_points_ci95": [[lo, hi] for _, lo, hi in drop_ci],
       "argmax_head": dep["argmax_head"].tolist(),
@@ -153,9 +159,10 @@ def analyse(wd: str) -> int:
   for l in range(mean_drop.shape[0]):
     h = int(np.argmax(mean_drop[l]))
     (dm, dlo, dhi), (sm, slo, shi) = drop_ci[l], score_ci[l]
+    bm, blo, bhi = bounded_ci[l]
     print(f"  layer {l}: head {h} has the largest mean drop, {mean_drop[l, h]:.1f} points; "
           f"each seed's largest drop {dm:.1f} [{dlo:.1f}, {dhi:.1f}]; deposit score "
-          f"{sm:.2f} [{slo:.2f}, {shi:.2f}]")
+          f"{sm:.2f} [{slo:.2f}, {shi:.2f}], bounded {bm:.2f} [{blo:.2f}, {bhi:.2f}]")
   if FLAGS.frequencies:
     return analyse_frequencies(wd, steps, states, ids, labels, config, rc, step,
                                dep["argmax_head"], name)

@@ -340,6 +340,7 @@ def paired_table(runs, task, preset, faithful) -> list[str]:
 
 def deposit_section(runs, figdir, outdir) -> list[str]:
   from pe_spectral import plotting
+  from pe_spectral.ablation import scores_of_drops
   sel = [r for r in runs if r.get("ablation") and r["task"] == "distance"]
   if not sel:
     return []
@@ -348,9 +349,15 @@ def deposit_section(runs, figdir, outdir) -> list[str]:
            "head), on the test split (`ablation.json`). Per seed: the largest drop of each "
            "early layer (first half of the layers) and the layer's second-largest, in "
            f"points; a seed shows a deposit when some early layer has top ≥ "
-           f"{DEPOSIT_RATIO:g} × max(second, 0) and top > 0.", "",
+           f"{DEPOSIT_RATIO:g} × max(second, 0) and top > 0. The deposit score of each early "
+           "layer (mean over seeds) is shown as first defined → bounded: the first definition "
+           "(max − mean drop over the layer's positive damage, scaled) exceeds 1 where a "
+           "knock-out raises accuracy; the bounded one clips drops at 0 first and stays in "
+           "[0, 1] (`ablation.deposit_scores`; descriptive, the deposit rule does not use "
+           "it).", "",
            "| PE | mode | preset | baseline % | seeds with a deposit | per seed: early-layer "
-           "top / second drop (points) |", "|---|---|---|---|---|---|"]
+           "top / second drop (points) | deposit score, first → bounded |",
+           "|---|---|---|---|---|---|---|"]
   order = {DEPOSIT_PRESET: 0, STUDY_PRESET: 1}
   for r in sorted(sel, key=lambda r: (order.get(r["preset"], 2), r["faithful"], r["pe"])):
     rule = deposit_rule(r["ablation"])
@@ -358,9 +365,14 @@ def deposit_section(runs, figdir, outdir) -> list[str]:
     for i in range(len(rule["per_seed"])):
       cells.append(",".join(f"{t:.1f}/{s_:.1f}" for t, s_ in zip(rule["top"][i], rule["second"][i]))
                    + ("✓" if rule["per_seed"][i] else ""))
+    sc = scores_of_drops(r["ablation"]["drop"])  # [seeds, layers]
+    scores = "; ".join(f"L{l} {sc['score'][:, l].mean():.2f} → "
+                       f"{sc['score_bounded'][:, l].mean():.2f}"
+                       for l in range(rule["early_layers"]))
     lines.append(f"| {_label(r)} | {_mode(r)} | {r['preset']} | "
                  f"{100 * np.mean(r['ablation']['baseline']):.1f} | "
-                 f"{sum(rule['per_seed'])}/{len(rule['per_seed'])} | {' · '.join(cells)} |")
+                 f"{sum(rule['per_seed'])}/{len(rule['per_seed'])} | {' · '.join(cells)} | "
+                 f"{scores} |")
   lines.append("")
   for r in sorted(sel, key=lambda r: (order.get(r["preset"], 2), r["faithful"], r["pe"])):
     enc = _encoding(r["pe"])

@@ -39,7 +39,7 @@ import numpy as np
 from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
 
-__all__ = ["head_masks", "ablate_heads", "deposit_scores", "frequency_masks",
+__all__ = ["head_masks", "ablate_heads", "deposit_scores", "scores_of_drops", "frequency_masks",
            "ablate_frequencies"]
 
 
@@ -196,26 +196,46 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
 def deposit_scores(baseline, ablated) -> dict:
   """Per-layer concentration of the ablation damage.
 
-  With drops ``d_h = baseline - ablated_h`` (accuracy points) for the heads of
-  one layer, the **deposit score** is ``(max_h d - mean_h d) / ((1 - 1/H) Σ_h
-  max(d_h, 0))``: 0 when every head matters equally (or none does), 1 when a
-  single head carries all the damage. Also returned: the largest single-head
-  drop and its head.
+  With drops ``d_h = baseline - ablated_h`` for the heads of one layer:
+
+  * ``score`` (the original definition): ``(max_h d - mean_h d) / ((1 - 1/H)
+    Σ_h max(d_h, 0))``. 0 when every head matters equally (or none does), 1
+    when a single head carries all the damage and the others none -- but
+    above 1 when some knock-out *raises* accuracy (a negative ``d_h`` lowers
+    the mean, and the normaliser counts positive drops only).
+  * ``score_bounded``: the same with every drop clipped at 0 first,
+    ``(max_h d⁺ - mean_h d⁺) / ((1 - 1/H) Σ_h d⁺)``, in ``[0, 1]``: since
+    ``max d⁺ <= Σ d⁺``, ``max - Σ/H <= (1 - 1/H) max <= (1 - 1/H) Σ``; 1
+    exactly when one head carries all the positive damage. Equal to
+    ``score`` when no drop is negative.
+
+  Also returned: the largest single-head drop and its head.
 
   Args:
     baseline: ``[seeds]``; ablated: ``[seeds, layers, heads]``.
   Returns:
-    dict of ``[seeds, layers]`` arrays: ``score``, ``max_drop``, ``argmax_head``.
+    dict of ``[seeds, layers]`` arrays: ``score``, ``score_bounded``,
+    ``max_drop``, ``argmax_head``; and ``drops`` ``[seeds, layers, heads]``.
   """
   base = np.asarray(baseline, np.float64)[:, None, None]
   drops = base - np.asarray(ablated, np.float64)
+  return dict(scores_of_drops(drops), max_drop=drops.max(-1),
+              argmax_head=drops.argmax(-1), drops=drops)
+
+
+def scores_of_drops(drops) -> dict:
+  """``{"score", "score_bounded"}`` ``[..., layers]`` of drops ``[..., heads]``
+  (:func:`deposit_scores`; e.g. from a committed ``ablation.json``'s ``drop``)."""
+  drops = np.asarray(drops, np.float64)
   h = drops.shape[-1]
-  total = np.clip(drops, 0, None).sum(-1)
-  spread = drops.max(-1) - drops.mean(-1)
+  pos = np.clip(drops, 0, None)
+  total = pos.sum(-1)
   with np.errstate(invalid="ignore", divide="ignore"):
-    score = np.where(total > 1e-12, spread / ((1 - 1 / h) * total), 0.0)
-  return {"score": score, "max_drop": drops.max(-1),
-          "argmax_head": drops.argmax(-1), "drops": drops}
+    score = np.where(total > 1e-12, (drops.max(-1) - drops.mean(-1)) / ((1 - 1 / h) * total),
+                     0.0)
+    bounded = np.where(total > 1e-12, (pos.max(-1) - pos.mean(-1)) / ((1 - 1 / h) * total),
+                       0.0)
+  return {"score": score, "score_bounded": bounded}
 
 
 def frequency_masks(num_layers: int, num_heads: int, num_pairs: int) -> jnp.ndarray:

@@ -85,6 +85,29 @@ def test_deposit_score_bounds():
   assert s["max_drop"][0, 0] == pytest.approx(0.7) and s["argmax_head"][0, 0] == 0
   none = np.full((1, 1, 4), 0.9)
   assert ablation.deposit_scores(base, none)["score"][0, 0] == 0.0
+  # a knock-out that raises accuracy: the original score leaves [0, 1]
+  raised = np.array([[[0.8, 1.0]]])  # drops +0.1, -0.1
+  s = ablation.deposit_scores(base, raised)
+  assert s["score"][0, 0] == pytest.approx(2.0) and s["score_bounded"][0, 0] == pytest.approx(1.0)
+
+
+def test_bounded_deposit_score_against_a_per_layer_loop():
+  """``score_bounded`` is in [0, 1] on random drops of both signs, equals the
+  original score where no drop is negative, and matches a plain loop."""
+  rng = np.random.default_rng(0)
+  drops = rng.normal(0.05, 0.1, (6, 3, 8))
+  drops[0, 0] = np.abs(drops[0, 0])  # a layer without negative drops
+  got = ablation.scores_of_drops(drops)
+  for s in range(6):
+    for l in range(3):
+      d = drops[s, l]
+      pos = [max(x, 0.0) for x in d]
+      tot = sum(pos)
+      want = 0.0 if tot <= 1e-12 else (max(pos) - sum(pos) / 8) / ((1 - 1 / 8) * tot)
+      assert got["score_bounded"][s, l] == pytest.approx(want, abs=1e-12)
+      assert -1e-12 <= got["score_bounded"][s, l] <= 1 + 1e-12
+  assert got["score_bounded"][0, 0] == pytest.approx(got["score"][0, 0])
+  assert (got["score"] > 1).any()  # the original definition leaves the range here
 
 
 def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
@@ -102,7 +125,9 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
     res = json.load(f)
   assert len(res["ablated"]) == 2 and len(res["ablated"][0]) == 2  # seeds, layers
   assert len(res["deposit_score_mean"]) == 2
+  assert all(0 <= x <= 1 for row in res["deposit_score_bounded"] for x in row)
   for means, cis in ((res["deposit_score_mean"], res["deposit_score_ci95"]),
+                     (res["deposit_score_bounded_mean"], res["deposit_score_bounded_ci95"]),
                      (res["max_drop_points_mean"], res["max_drop_points_ci95"])):
     for m, (lo, hi) in zip(means, cis):  # bootstrap intervals around the mean
       assert lo - 1e-9 <= m <= hi + 1e-9
