@@ -67,12 +67,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  from pe_spectral import config as configs
-  wds = [w.strip() for w in (FLAGS.workdir or "").split(",") if w.strip()] or [FLAGS.workdir]
-  for wd in wds:
-    if (err := configs.workdir_error(wd)) is not None:
-      print(f"error: {err}", file=sys.stderr)
-      return 2
+  wds, err = cli.checked_workdirs(FLAGS.workdir)
+  if err is not None:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
   if FLAGS.leak and FLAGS.mode != "single":
     print("error: --leak only applies to --mode=single", file=sys.stderr)
     return 2

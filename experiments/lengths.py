@@ -129,15 +129,14 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  from pe_spectral import config as configs
   if not FLAGS.workdir:
     print("error: --workdir is required (one or more finished sweep workdirs)",
           file=sys.stderr)
     return 2
-  for wd in FLAGS.workdir:
-    if (err := configs.workdir_error(wd)) is not None:
-      print(f"error: {err}", file=sys.stderr)
-      return 2
+  _, err = cli.checked_workdirs(FLAGS.workdir)
+  if err is not None:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
   try:
     factors = _factors(FLAGS.factors)
   except ValueError as e:

@@ -12,10 +12,27 @@ from typing import Callable
 
 from absl import app
 
-__all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides"]
+__all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
+           "checked_workdirs"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def checked_workdirs(value) -> tuple[list, "str | None"]:
+  """The workdirs a ``--workdir`` flag names (a comma list, or a list flag's
+  list) and the first one's problem (:func:`config.workdir_error`: missing,
+  no config.json, ...), or None: analysis launchers refuse a bad one before
+  loading anything."""
+  from pe_spectral import config
+  if isinstance(value, (list, tuple)):
+    wds = list(value)
+  else:
+    wds = [w.strip() for w in (value or "").split(",") if w.strip()] or [value]
+  for wd in wds:
+    if (err := config.workdir_error(wd)) is not None:
+      return wds, err
+  return wds, None
 
 
 def define_config_flags(flag_values=None) -> None:

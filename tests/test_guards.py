@@ -72,3 +72,20 @@ def test_learning_rate_checks():
     warnings.simplefilter("error")
     TrainConfig(learning_rate=1e-3)
     TrainConfig(learning_rate=0.0)  # a deliberate frozen run: no warning
+
+
+def test_analysis_launchers_check_every_workdir_first(tmp_path):
+  """``cli.checked_workdirs``: a comma list (ablate, decompose) or a list flag
+  (lengths) is split, and the first path that is not a sweep workdir is named."""
+  from pe_spectral import cli
+  good, other = tmp_path / "a", tmp_path / "b"
+  for d in (good, other):
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+  wds, err = cli.checked_workdirs(f" {good}, {other} ,")
+  assert wds == [str(good), str(other)] and err is None
+  assert cli.checked_workdirs([str(good), str(other)]) == ([str(good), str(other)], None)
+  wds, err = cli.checked_workdirs(f"{good},{tmp_path / 'missing'}")
+  assert "missing" in err and "config.json" in err
+  assert "config.json" in cli.checked_workdirs(None)[1]
+  assert "config.json" in cli.checked_workdirs("")[1]
