@@ -90,15 +90,14 @@ def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_exa
              mask_chunk: int = 0):
   """``{name: compiled}`` for one configuration, from shapes only."""
   from pe_spectral import ablation as abl
-  from pe_spectral import speed, train
+  from pe_spectral import train
   num_train = rc.task.num_train
   tr = train.make_steps(rc.model, rc.task, rc.train, num_train, seed_group=seed_group)
   n_eval = eval_examples or (rc.task.num_examples - num_train)
   out = {"train chunk": train.compile_chunk(tr, seeds, num_steps=steps),
          "evaluation": train.compile_eval(tr, seeds, n_eval)}
   if ablation:
-    fn = abl._all_seeds_program(tr, "head", "single", False, mask_chunk or None, "shared",
-                                speed.enabled())
+    fn = abl._all_seeds_program(tr, "head", "single", False, mask_chunk or None, "shared")
     out["ablation (all heads)"] = fn.lower(tr.abstract_state(seeds)["params"],
                                            *train.data_shapes(tr, n_eval)).compile()
   return tr, out

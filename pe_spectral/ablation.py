@@ -29,7 +29,6 @@ recomputed under the mask).
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax
@@ -136,9 +135,8 @@ def _masks(steps, kind: str, mode: str, leak: bool):
   return frequency_masks(cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
 
 
-@functools.lru_cache(maxsize=64)
-def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, method: str,
-                       fast: bool):
+@speed.cache_per_path(maxsize=64)
+def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, method: str):
   """The jitted all-seeds ablation ``(params, ids, labels) -> (baseline,
   ablated)`` over the masks of ``kind`` (mask i differs from all-ones in
   layer ``i // M`` only, as :func:`head_masks` without ``leak`` and
@@ -146,7 +144,6 @@ def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, meth
   Cached on the frozen configs (``steps``), the options and the speed layer's
   switch (read while tracing), so repeated calls (several splits, a
   benchmark) reuse its compilation."""
-  del fast  # a cache key only
   masks = _masks(steps, kind, mode, leak)
   L = steps.model_cfg.num_layers
   if method == "shared":
@@ -185,9 +182,8 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
     raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
   if leak and method == "shared":
     method = "masked"  # the leak touches earlier layers: no prefix to share
-  head_masks(1, 1, mode=mode, leak=leak)  # the option checks, before anything compiles
   cfg = steps.model_cfg
-  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, method, speed.enabled())
+  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, method)
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
@@ -260,7 +256,7 @@ def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] 
   cfg = steps.model_cfg
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
   check_freq_mask(cfg, jnp.ones((L, H, P)))
-  fn = _all_seeds_program(steps, "freq", "single", False, mask_chunk, method, speed.enabled())
+  fn = _all_seeds_program(steps, "freq", "single", False, mask_chunk, method)
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),

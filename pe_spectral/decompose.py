@@ -44,10 +44,6 @@ from pe_spectral.model import PAD_ID
 __all__ = ["layer_terms", "decompose", "summarize"]
 
 
-def _heads(x, h):
-  return x.reshape(x.shape[:-1] + (h, x.shape[-1] // h))
-
-
 def layer_terms(graphdef, params, ids, layer: int) -> dict:
   """All terms of one layer for one seed. Arrays are ``[batch, heads, n, n]``.
 

@@ -23,9 +23,10 @@ before JAX starts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
-__all__ = ["enabled", "reference"]
+__all__ = ["enabled", "reference", "cache_per_path"]
 
 _enabled = os.environ.get("PE_SPECTRAL_FAST", "1") != "0"
 
@@ -33,6 +34,22 @@ _enabled = os.environ.get("PE_SPECTRAL_FAST", "1") != "0"
 def enabled() -> bool:
   """True when the speed layer is on (the default)."""
   return _enabled
+
+
+def cache_per_path(maxsize: int = 128):
+  """``functools.lru_cache`` for functions that build jitted programs, with the
+  switch (:func:`enabled`) in the key: the switch is read while tracing, so a
+  program traced on one path is never handed to a caller on the other."""
+  def decorate(build):
+    cached = functools.lru_cache(maxsize=maxsize)(
+        lambda fast, *args, **kwargs: build(*args, **kwargs))
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+      return cached(enabled(), *args, **kwargs)
+    wrapper.cache_clear = cached.cache_clear
+    return wrapper
+  return decorate
 
 
 @contextlib.contextmanager

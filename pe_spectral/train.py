@@ -350,7 +350,7 @@ def seed_keys(seeds) -> jax.Array:
   return jnp.asarray(np.asarray(seeds, np.uint32))
 
 
-def finite_impl(states) -> jax.Array:
+def _finite(states) -> jax.Array:
   """``bool [seeds]``: every parameter and optimiser-state value of the seed is
   finite (checked on device before a checkpoint is saved)."""
   leaves = [x for x in jax.tree.leaves(states)
@@ -359,14 +359,13 @@ def finite_impl(states) -> jax.Array:
   return jnp.stack([jnp.isfinite(x).reshape(n, -1).all(1) for x in leaves]).all(0)
 
 
-finite = jax.jit(finite_impl)
+finite = jax.jit(_finite)
 
 
 # The compiled programs, cached on the frozen configs (the Steps) and on the
-# speed layer's switch, which is read while tracing (speed.py): a program
-# traced on the reference path is never handed to a fast-path caller.
-@functools.lru_cache(maxsize=128)
-def _jitted(steps: Steps, name: str, fast: bool):
+# speed layer's switch (speed.cache_per_path).
+@speed.cache_per_path()
+def _jitted(steps: Steps, name: str):
   if name == "chunk":
     return jax.jit(steps.chunk, static_argnames="num_steps", donate_argnums=(0,))
   return jax.jit(getattr(steps, name))
@@ -374,19 +373,19 @@ def _jitted(steps: Steps, name: str, fast: bool):
 
 def jit_init(steps: Steps):
   """``jax.jit(steps.init)``, compiled once per configuration."""
-  return _jitted(steps, "init", speed.enabled())
+  return _jitted(steps, "init")
 
 
 def jit_chunk(steps: Steps):
   """``jax.jit(steps.chunk)`` (``num_steps`` static, the states donated: their
   buffers are reused), one program per seed count and chunk length."""
-  return _jitted(steps, "chunk", speed.enabled())
+  return _jitted(steps, "chunk")
 
 
 def jit_evaluate(steps: Steps):
   """``jax.jit(steps.evaluate)``: ``(params, ids, labels) -> (accuracy, loss)``
   per seed."""
-  return _jitted(steps, "evaluate", speed.enabled())
+  return _jitted(steps, "evaluate")
 
 
 # ----------------------------------------------------------------------------
