@@ -22,7 +22,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from pe_spectral import cli, encodings  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -124,8 +124,7 @@ def analyse(wd: str) -> int:
   out = {
       "workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
       "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
-      "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
-                     else None), "seeds": config["seeds"],
+      "rope_heads": encodings.rope_heads_option(rc.model), "seeds": config["seeds"],
       "mode": FLAGS.mode, "leak": FLAGS.leak, "split": FLAGS.split,
       "num_examples": int(ids.shape[0]),
       "baseline": res["baseline"].tolist(),

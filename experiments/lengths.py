@@ -34,7 +34,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from pe_spectral import cli, encodings  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -118,8 +118,7 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
     log(f"[{os.path.relpath(wd)}] length {n} ({f:g}x): {msg}  ({time.time() - t0:.1f} s)")
   return {"workdir": os.path.abspath(wd), "step": step, "pe": rc.model.pe,
           "task": rc.task.name, "faithful": rc.model.faithful, "preset": rc.preset,
-          "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
-                         else None),
+          "rope_heads": encodings.rope_heads_option(rc.model),
           "random_positions": rc.model.random_positions,
           "seeds": seeds, "train_len": train_len, "rope_scaling": rope_scaling,
           "shift": shift, "lengths": rows}

@@ -131,7 +131,8 @@ def default_workdir(task: str, pe: str, preset: str, faithful: bool,
   shared = {n for n, c in count.items() if c > 1}
   for section, fields in sorted((overrides or {}).items()):
     for field, value in sorted(fields.items()):
-      label = f"{section}.{field}" if field in shared else field
+      short = field.rsplit(".", 1)[-1]  # pe_options.gamma -> gamma
+      label = f"{section}.{field}" if field in shared else short
       name += f"-{label}{value}"
   return os.path.join("runs", task, name)
 
@@ -167,7 +168,7 @@ def plan_runs():
   except app.UsageError as e:
     raise UsageError(str(e)) from None
   heads = [None]
-  takes = lambda pe, option: option in encodings.get(pe).options  # the PE's own fields
+  takes = lambda pe, flag: encodings.short_option(pe, flag) is not None  # the PE's options
   for option in ("rope_heads", "alibi_slopes"):
     if getattr(FLAGS, option) is not None and not any(takes(p, option) for p in pes):
       owners = [p for p in encodings.names() if takes(p, option)]
@@ -190,8 +191,8 @@ def plan_runs():
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       workdir = FLAGS.workdir or default_workdir(
-          FLAGS.task, pe, FLAGS.preset, FLAGS.faithful, rc.model.rope_heads
-          if takes(pe, "rope_heads") else None, FLAGS.random_positions, overrides)
+          FLAGS.task, pe, FLAGS.preset, FLAGS.faithful,
+          encodings.rope_heads_option(rc.model), FLAGS.random_positions, overrides)
       runs.append((rc, workdir))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "

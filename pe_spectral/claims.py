@@ -53,8 +53,12 @@ def run_label(r) -> str:
   enc = encoding_of(r["pe"])
   if enc is None:
     return r["pe"]
-  model = r.get("config", {}).get("run", {}).get("model", {})
-  return enc.run_label({**model, "rope_heads": r.get("rope_heads")})
+  from pe_spectral import model as model_lib
+  model = model_lib.upgrade_record({"pe": r["pe"],
+                                    **r.get("config", {}).get("run", {}).get("model", {})})
+  if r.get("rope_heads") is not None:  # the summary's, for a run without its config
+    model["pe_options"] = {**(model.get("pe_options") or {}), "heads": r["rope_heads"]}
+  return enc.run_label(model)
 
 
 def budget_override(r) -> str:
@@ -179,7 +183,7 @@ def claims(runs) -> list[dict]:
     if ref is not None:
       others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
                 and r["faithful"] == faithful and r is not ref
-                and "rope_heads" not in getattr(encoding_of(r["pe"]), "options", ())
+                and r.get("rope_heads") is None  # partial RoPE is (a2)'s
                 and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
       for o in sorted(others, key=lambda o: o["pe"]):
         rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))

@@ -27,22 +27,17 @@ from pe_spectral.train import TrainConfig
 PRESET_NAMES = ("smoke", "cpu", "study", "deposit", "long", "paper")
 
 MODEL_PRESETS = {
-    "smoke": dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=24,
-                  mla_latent_dim=8, mla_rope_dim=8),
+    "smoke": dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=24),
     # docs/presets.md: small enough for minutes on 2 cores, large enough to
-    # separate RoPE from NoPE on Task 1. MLA keeps the paper's ratios
-    # (latent = d_model / 2, rotary width = head_dim).
-    "cpu": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=48,
-                mla_latent_dim=32, mla_rope_dim=16),
+    # separate RoPE from NoPE on Task 1. MLA keeps the paper's ratios at every
+    # preset (latent = d_model / 2, rotary width = head_dim: MLAOptions' defaults).
+    "cpu": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=48),
     # The cpu model with room for Task 2 at the paper's length (120 tokens).
-  "study": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=128,
-                mla_latent_dim=32, mla_rope_dim=16),
+  "study": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=128),
   # Redundancy for the deposit question: 8 heads of the paper's width 16 in
   # 4 layers, so no single head is needed by construction.
-  "deposit": dict(d_model=128, num_heads=8, num_layers=4, d_ff=256, max_len=128,
-                  mla_latent_dim=64, mla_rope_dim=16),
-  "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128,
-                  mla_latent_dim=128, mla_rope_dim=16),
+  "deposit": dict(d_model=128, num_heads=8, num_layers=4, d_ff=256, max_len=128),
+  "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
 }
 # long: the study model, data and learning rate with 3.3x the study's budget,
 # for the groups that had not converged at the study preset (docs/study.md).
@@ -127,7 +122,7 @@ class RunConfig:
 
   @classmethod
   def from_dict(cls, d: dict) -> "RunConfig":
-    return cls(d["preset"], ModelConfig(**d["model"]), TaskConfig(**d["task"]),
+    return cls(d["preset"], ModelConfig.from_dict(d["model"]), TaskConfig(**d["task"]),
                TrainConfig(**d["train"]))
 
 
@@ -144,7 +139,9 @@ def task_config(preset: str, task: str, data_seed: int = 0) -> TaskConfig:
 SECTIONS = {"model": ModelConfig, "task": TaskConfig, "train": TrainConfig}
 _NOT_OVERRIDABLE = {
     ("model", "pe"): "use --pe", ("model", "faithful"): "use --faithful",
-    ("model", "rope_heads"): "use --rope_heads", ("model", "alibi_slopes"): "use --alibi_slopes",
+    ("model", "pe_options.heads"): "use --rope_heads",
+    ("model", "pe_options.slopes"): "use --alibi_slopes",
+    ("model", "pe_options"): "set its fields: --config.model.pe_options.<field>",
     ("model", "random_positions"): "use --random_positions",
     ("model", "attention_block"): "use --attention_block", ("model", "remat"): "use --remat",
     ("model", "dtype"): "use --dtype",
@@ -162,15 +159,29 @@ def field_types() -> dict:
   configs, resolved from their annotations (``typing.get_type_hints``):
   ``Optional[int]`` is ``(int, True)``."""
   out = {}
-  for sec, cls in SECTIONS.items():
+
+  def add(sec, cls, prefix=""):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
       hint = hints[f.name]
       args = typing.get_args(hint)
       optional = type(None) in args
       base = next(a for a in args if a is not type(None)) if optional else hint
-      out[(sec, f.name)] = (base, optional)
+      out[(sec, prefix + f.name)] = (base, optional)
+
+  for sec, cls in SECTIONS.items():
+    add(sec, cls)
+  # the PEs' options, one flag per field (``pe_options.<field>``); a field
+  # name means one thing in every options type that has it
+  for kind in _option_types():
+    add("model", kind, "pe_options.")
   return out
+
+
+def _option_types() -> list:
+  from pe_spectral import encodings
+  kinds = {encodings.get(p).options_type for p in encodings.names()} - {None}
+  return sorted(kinds, key=lambda k: k.__name__)
 
 
 def config_fields() -> dict:
@@ -190,6 +201,8 @@ def parse_override(section: str, name: str, text: str):
   """The typed value of ``--config.<section>.<name>=<text>``; ValueError (one
   line naming the flag) for a field that cannot be set or a bad value."""
   flag = f"--config.{section}.{name}"
+  if section == "model" and name == "pe_options":
+    raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
   if (section, name) in _NOT_OVERRIDABLE:
     raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
   if (section, name) not in overridable_fields():
@@ -255,10 +268,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   train_cfg = TrainConfig(**train_kw)
   num_classes = task_cfg.vocab_size if faithful else task_cfg.num_labels
   model_kw = dict(MODEL_PRESETS[preset])
+  options = {}  # pe_options' fields; ModelConfig says whether the PE takes them
   if rope_heads is not None:
-    model_kw["rope_heads"] = rope_heads
-  if alibi_slopes is not None:  # ModelConfig says which PE takes it
-    model_kw["alibi_slopes"] = alibi_slopes
+    options["heads"] = rope_heads
+  if alibi_slopes is not None:
+    options["slopes"] = alibi_slopes
   if dtype not in (None, "float32", "bfloat16"):
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   for name, val in (("random_positions", random_positions),
@@ -266,7 +280,13 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
                     ("dtype", None if dtype == "float32" else dtype)):
     if val is not None:
       model_kw[name] = val
-  model_kw.update(overrides.get("model", {}))
+  for name, val in overrides.get("model", {}).items():
+    if name.startswith("pe_options."):
+      options[name[len("pe_options."):]] = val
+    else:
+      model_kw[name] = val
+  if options:
+    model_kw["pe_options"] = options
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
   if task_cfg.max_len > model_cfg.max_len:

@@ -33,6 +33,7 @@ Adding a PE is one subclass plus :func:`register`:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Optional
 
@@ -43,11 +44,150 @@ import numpy as np
 from pe_spectral import positional as P
 
 __all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
-           "REGISTRY", "KINDS"]
+           "REGISTRY", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions",
+           "AlibiOptions", "FireOptions", "CoPEOptions", "MLAOptions", "SHORT_FLAGS",
+           "short_option", "rope_heads_option"]
 
 REGISTRY: dict[str, "PositionalEncoding"] = {}
 # The ways a PE can enter attention (``PositionalEncoding.kinds``).
 KINDS = ("input", "bias", "rotary", "contextual", "factor")
+
+
+# --- a PE's own options ------------------------------------------------------
+# Each PE with settings of its own declares them as one frozen dataclass
+# (``PositionalEncoding.options_type``), validated on construction;
+# ``ModelConfig.pe_options`` carries one of them (its defaults when not given)
+# and ``config.json`` records it as a nested ``pe_options`` object. Checks that
+# need the rest of the model (``heads <= num_heads``) stay in the PE's
+# ``validate``.
+
+
+def _int_option(owner: str, name: str, value, low: int) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
+
+
+def _positive_float(obj, name: str) -> None:
+  value = getattr(obj, name)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) \
+      or not (math.isfinite(value) and value > 0):
+    raise ValueError(f"{type(obj).__name__}.{name} must be a finite number > 0, got {value!r}")
+  object.__setattr__(obj, name, float(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialRopeOptions:
+  """``partial_rope``: RoPE on the first ``heads`` heads (``0..num_heads``)."""
+  heads: int = 1
+
+  def __post_init__(self):
+    _int_option("PartialRopeOptions", "heads (--rope_heads)", self.heads, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PRopeOptions:
+  """``p_rope``: the share of frequency pairs that rotate (the highest ones)."""
+  fraction: float = 0.75
+
+  def __post_init__(self):
+    f = self.fraction
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+      raise ValueError(f"PRopeOptions.fraction must be in [0, 1], got {f!r}")
+    object.__setattr__(self, "fraction", float(f))
+
+
+@dataclasses.dataclass(frozen=True)
+class XPosOptions:
+  """``xpos``: the per-pair decay ``γ`` and its scale base (Sun et al. 2023)."""
+  gamma: float = 0.4
+  scale_base: float = 512.0
+
+  def __post_init__(self):
+    _positive_float(self, "gamma")
+    _positive_float(self, "scale_base")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiOptions:
+  """``alibi``, ``alibi_multiplicative``: the slope scheme, ``"standard"``
+  (Press et al., ``2^(-8h/H)``) or ``"paper"`` (``exp(-h/H)``); None: the
+  mode's (paper when faithful)."""
+  slopes: Optional[str] = None
+
+  def __post_init__(self):
+    if self.slopes not in (None, "standard", "paper"):
+      raise ValueError(f"AlibiOptions.slopes must be 'standard' or 'paper', got "
+                       f"{self.slopes!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FireOptions:
+  """``fire``: the width of FIRE's per-layer MLP."""
+  hidden: int = 32
+
+  def __post_init__(self):
+    _int_option("FireOptions", "hidden", self.hidden, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoPEOptions:
+  """``cope``: the number of position embeddings; None: ``max_len``
+  (contextual positions are clipped below it)."""
+  positions: Optional[int] = None
+
+  def __post_init__(self):
+    if self.positions is not None:
+      _int_option("CoPEOptions", "positions", self.positions, 2)
+
+
+def _optional_bool(obj, name: str) -> None:
+  value = getattr(obj, name)
+  if value is not None and not isinstance(value, bool):
+    raise ValueError(f"{type(obj).__name__}.{name} must be True, False or None, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAOptions:
+  """``mla`` (DeepSeek-style latent attention; its options are the
+  attention's): ``latent_dim``, the width of the shared key/value latent;
+  ``rope_dim``, the width of the decoupled rotary channel; ``shared_rope_query``,
+  one rotary query for all heads (the paper) instead of one per head;
+  ``paper_rotary``, the paper's transform (not a rotation). None for a width:
+  ``d_model // 2`` and the head width (the paper's ratios), filled in when the
+  ``ModelConfig`` is built, so a record states the widths that ran; None for
+  a switch: on in faithful mode, off in clean mode."""
+  latent_dim: Optional[int] = None
+  rope_dim: Optional[int] = None
+  shared_rope_query: Optional[bool] = None
+  paper_rotary: Optional[bool] = None
+
+  def __post_init__(self):
+    for name in ("latent_dim", "rope_dim"):
+      if getattr(self, name) is not None:
+        _int_option("MLAOptions", name, getattr(self, name), 1)
+    if self.rope_dim is not None and self.rope_dim % 2:
+      raise ValueError(f"MLAOptions.rope_dim must be even, got {self.rope_dim}")
+    _optional_bool(self, "shared_rope_query")
+    _optional_bool(self, "paper_rotary")
+
+
+# The sweep's short flags for an option: flag -> (options type, field).
+SHORT_FLAGS = {"rope_heads": (PartialRopeOptions, "heads"),
+               "alibi_slopes": (AlibiOptions, "slopes")}
+
+
+def short_option(pe: str, flag: str) -> Optional[str]:
+  """The field of ``pe``'s options that the short flag ``--<flag>`` sets, or
+  None when ``pe`` has no such option (the sweep then leaves it alone)."""
+  kind, name = SHORT_FLAGS[flag]
+  return name if get(pe).options_type is kind else None
+
+
+def rope_heads_option(cfg) -> Optional[int]:
+  """Partial RoPE's head count of a ``ModelConfig``; None for any other PE
+  (what summaries and reports record as ``rope_heads``)."""
+  opts = cfg.pe_options
+  return opts.heads if isinstance(opts, PartialRopeOptions) else None
 
 
 class PositionalEncoding:
@@ -57,11 +197,12 @@ class PositionalEncoding:
     name: the ``--pe`` name.
     description: one line for ``--help``, the README and reports.
     latent_attention: the model uses DeepSeek-style latent attention (MLA).
-    options: ``ModelConfig`` fields only this PE uses; setting one of the
-      optional ones (``model.PE_OPTIONS``) for another PE is an error, and the
-      sweep routes its flags (``--rope_heads``, ``--alibi_slopes``) by them.
-    reads: the other PE-scoped ``ModelConfig`` fields (``model.PE_SCOPED``)
-      this PE reads, e.g. ``rope_base``; with ``options`` they make
+    options_type: the frozen dataclass of this PE's own options (e.g.
+      :class:`XPosOptions`), or None; ``ModelConfig.pe_options`` holds one
+      (options for another PE are an error), and the sweep routes its short
+      flags (``--rope_heads``, ``--alibi_slopes``) by it (:data:`SHORT_FLAGS`).
+    reads: the shared PE-scoped ``ModelConfig`` fields (``model.PE_SCOPED``)
+      this PE reads, e.g. ``rope_base``; with ``pe_options`` they make
       :attr:`config_fields`, and a run's ``config.json`` records no other
       scoped field.
     spectral_note: said by the spectral CLI when the PE has no Toeplitz form.
@@ -82,7 +223,7 @@ class PositionalEncoding:
   # the hooks accept ``positions=`` (arbitrary token positions): the PE can be
   # trained with randomized positions (``ModelConfig.random_positions``)
   takes_positions: bool = False
-  options: tuple[str, ...] = ()
+  options_type: Optional[type] = None
   reads: tuple[str, ...] = ()
   spectral_note: str = ""
   # How position couples with content in the logits, declared: "multiplicative"
@@ -96,10 +237,15 @@ class PositionalEncoding:
   @property
   def config_fields(self) -> tuple[str, ...]:
     """The PE-scoped ``ModelConfig`` fields that apply to this PE."""
-    return tuple(dict.fromkeys(self.options + self.reads))
+    return (("pe_options",) if self.options_type is not None else ()) + self.reads
 
   def validate(self, cfg) -> None:
     """Raises ``ValueError`` for a config this PE cannot run."""
+
+  def complete_options(self, cfg, options):
+    """``options`` (of :attr:`options_type`) with the defaults that depend on
+    the rest of ``cfg`` filled in (called once, when ``cfg`` is built)."""
+    return options
 
   # --- input (absolute) ---------------------------------------------------
   def input_params(self, cfg, next_key: Callable[[], jax.Array], std: float) -> dict:
@@ -151,7 +297,7 @@ class PositionalEncoding:
 
   def rotary_dim(self, cfg) -> int:
     """Width of the transformed q/k channel."""
-    return cfg.mla_rope_dim if self.latent_attention else cfg.head_dim
+    return cfg.pe_options.rope_dim if self.latent_attention else cfg.head_dim
 
   def rotary_frequencies(self, cfg) -> Optional[np.ndarray]:
     """``[rotary_dim/2]`` inverse frequencies when the transform is a pure
@@ -190,6 +336,11 @@ def register(encoding: PositionalEncoding, *, replace: bool = False) -> Position
   if unknown or len(set(encoding.kinds)) != len(encoding.kinds):
     raise ValueError(f"PE {encoding.name!r} declares kinds {encoding.kinds!r}; each must be "
                      f"one of {', '.join(KINDS)}, once")
+  opts = encoding.options_type
+  if opts is not None and not (dataclasses.is_dataclass(opts) and isinstance(opts, type)
+                               and opts.__dataclass_params__.frozen):
+    raise ValueError(f"PE {encoding.name!r}: options_type must be a frozen dataclass, "
+                     f"got {opts!r}")
   if encoding.name in REGISTRY and not replace:
     raise ValueError(f"PE {encoding.name!r} is already registered")
   REGISTRY[encoding.name] = encoding
@@ -327,12 +478,18 @@ class Alibi(PositionalEncoding):
   coupling = "additive"
   kinds = ("bias",)
   description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
-  options = ("alibi_slopes",)
+  options_type = AlibiOptions
   toeplitz_label = "symmetric ALiBi bias"
+
+  def slope_scheme(self, cfg) -> str:
+    """'paper' (``exp(-h/H)``) in faithful mode unless set, else 'standard'."""
+    if cfg.pe_options.slopes is None:
+      return "paper" if cfg.faithful else "standard"
+    return cfg.pe_options.slopes
 
   def slopes(self, cfg) -> jax.Array:
     """``[num_heads]``: ``exp(-h/H)`` for the paper's scheme, else Press et al.'s."""
-    if cfg.alibi_slope_scheme == "paper":
+    if self.slope_scheme(cfg) == "paper":
       return P.alibi_slopes_paper(cfg.num_heads)
     return P.alibi_slopes(cfg.num_heads)
 
@@ -342,7 +499,7 @@ class Alibi(PositionalEncoding):
     return P.alibi_bias(seq_len, self.slopes(cfg), causal=cfg.causal, positions=positions)
 
   def run_label(self, model):
-    slopes = model.get("alibi_slopes")  # set explicitly, not the mode's default
+    slopes = (model.get("pe_options") or {}).get("slopes")  # set, not the mode's default
     return self.name if slopes is None else f"{self.name} ({slopes} slopes)"
 
   def bias_extremes(self, cfg, seq_len):
@@ -394,13 +551,13 @@ class Fire(PositionalEncoding):
   kinds = ("bias",)
   description = ("FIRE: f_θ(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx+1), per-layer MLP, "
                  "learned c and L")
-  options = ("fire_hidden",)
+  options_type = FireOptions
   toeplitz_label = "FIRE bias (Toeplitz while n - 1 <= L)"
 
   def layer_params(self, cfg, next_key):
     # The threshold starts at the training length: every training query shares
     # one normaliser (Toeplitz), longer ones are interpolated.
-    return P.fire_init(next_key(), cfg.num_heads, hidden=cfg.fire_hidden or 32,
+    return P.fire_init(next_key(), cfg.num_heads, hidden=cfg.pe_options.hidden,
                        threshold=float(cfg.max_len), c=0.1)
 
   takes_positions = True
@@ -435,39 +592,38 @@ class Rotary(PositionalEncoding):
     self.partial = partial
     self.fraction_option = fraction_option
     self.input_sinusoid = input_sinusoid
-    self.options = (("rope_fraction",) if fraction_option else ()) + (
-        ("rope_heads",) if partial else ())
+    self.options_type = (PRopeOptions if fraction_option else
+                         PartialRopeOptions if partial else None)
     self.reads = ("rope_base",) + _ROPE_SCALING
     # the input sinusoid adds absolute terms: neither pure form
     self.coupling = "" if input_sinusoid else "multiplicative"
     self.kinds = ("input", "rotary") if input_sinusoid else ("rotary",)
 
   def validate(self, cfg):
-    if self.partial and not 0 <= cfg.rope_heads <= cfg.num_heads:
-      raise ValueError(f"rope_heads must be in [0, num_heads={cfg.num_heads}], got "
-                       f"{cfg.rope_heads}")
+    if self.partial and not cfg.pe_options.heads <= cfg.num_heads:
+      raise ValueError(f"partial_rope's heads (rope_heads) must be in [0, num_heads="
+                       f"{cfg.num_heads}], got {cfg.pe_options.heads}")
     if cfg.head_dim % 2:
       raise ValueError(f"rotary PE {self.name!r} needs an even head_dim; "
                        f"d_model/num_heads = {cfg.head_dim}")
-    if self.fraction_option and cfg.rope_fraction is not None \
-        and not 0.0 <= cfg.rope_fraction <= 1.0:
-      raise ValueError(f"rope_fraction must be in [0, 1], got {cfg.rope_fraction}")
 
   def fraction(self, cfg) -> Optional[float]:
     """p-RoPE's share of rotating pairs (default 0.75); None = every pair."""
     if not self.fraction_option:
       return None
-    return 0.75 if cfg.rope_fraction is None else cfg.rope_fraction
+    return cfg.pe_options.fraction
 
   def qk_transform(self, cfg):
     return P.Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec,
                       fraction=self.fraction(cfg))
 
   def rotary_heads(self, cfg):
-    return cfg.rope_heads if self.partial else cfg.num_heads
+    return cfg.pe_options.heads if self.partial else cfg.num_heads
 
   def run_label(self, model):
-    return f"{self.name} (k={model.get('rope_heads')})" if self.partial else self.name
+    if not self.partial:
+      return self.name
+    return f"{self.name} (k={(model.get('pe_options') or {}).get('heads')})"
 
   takes_positions = True
 
@@ -486,25 +642,15 @@ class XPosEncoding(Rotary):
   def __init__(self):
     super().__init__("xpos", "xPos: RoPE with per-pair decay ζ_i^((n-m)/scale_base) "
                      "(one-sided: keys ahead are amplified in bidirectional attention)")
-    self.options = ("xpos_gamma", "xpos_scale_base")
+    self.options_type = XPosOptions
     self.coupling = "multiplicative"  # a Hadamard form, but not unit-modulus
     self.spectral_note = ("xPos' phase factors ζ^(n-m) e^{i(n-m)θ} are not unit-modulus: "
                           "no Schur contraction, and no Hadamard form is checked")
 
   def qk_transform(self, cfg):
     return P.XPos(base=cfg.rope_base,
-                  gamma=0.4 if cfg.xpos_gamma is None else cfg.xpos_gamma,
-                  scale_base=512.0 if cfg.xpos_scale_base is None else cfg.xpos_scale_base,
+                  gamma=cfg.pe_options.gamma, scale_base=cfg.pe_options.scale_base,
                   scaling=cfg.rope_scaling_spec)
-
-  def validate(self, cfg):
-    super().validate(cfg)
-    if cfg.xpos_gamma is not None and not (math.isfinite(cfg.xpos_gamma) and cfg.xpos_gamma > 0):
-      raise ValueError(f"xpos_gamma must be a finite number > 0, got {cfg.xpos_gamma}")
-    if cfg.xpos_scale_base is not None and not (math.isfinite(cfg.xpos_scale_base)
-                                                and cfg.xpos_scale_base > 0):
-      raise ValueError(f"xpos_scale_base must be a finite number > 0, got "
-                       f"{cfg.xpos_scale_base}")
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     return None
@@ -517,19 +663,33 @@ class MLA(PositionalEncoding):
   # the faithful model's zero-initialised absolute table is not declared: the
   # paper's MLA is a rotary PE (decompose and the report treat it so)
   kinds = ("rotary",)
-  reads = ("mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
-           "rope_base") + _ROPE_SCALING
+  options_type = MLAOptions
+  reads = ("rope_base",) + _ROPE_SCALING
   spectral_note = ("faithful mode: the paper's MLA transform is not a rotation (its sines and "
                    "cosines come from different frequencies), so it has no phase matrix")
   toeplitz_label = "Re of one frequency's phase matrix (θ_1) of the rotary channel"
 
+  def complete_options(self, cfg, options):
+    if options.rope_dim is None and cfg.head_dim % 2:
+      raise ValueError(f"MLA's rotary width defaults to the head width, d_model/num_heads = "
+                       f"{cfg.head_dim}, which is odd: set an even pe_options.rope_dim")
+    return dataclasses.replace(
+        options,
+        latent_dim=cfg.d_model // 2 if options.latent_dim is None else options.latent_dim,
+        rope_dim=cfg.head_dim if options.rope_dim is None else options.rope_dim)
+
+  def shared_rope_query(self, cfg) -> bool:
+    """One rotary query for all heads (the paper; default in faithful mode)."""
+    opt = cfg.pe_options.shared_rope_query
+    return cfg.faithful if opt is None else opt
+
+  def paper_rotary(self, cfg) -> bool:
+    """The paper's non-rotation transform (default in faithful mode)."""
+    opt = cfg.pe_options.paper_rotary
+    return cfg.faithful if opt is None else opt
+
   def validate(self, cfg):
-    if cfg.mla_latent_dim <= 0 or cfg.mla_rope_dim <= 0:
-      raise ValueError(f"MLA latent dims must be > 0, got mla_latent_dim="
-                       f"{cfg.mla_latent_dim}, mla_rope_dim={cfg.mla_rope_dim}")
-    if cfg.mla_rope_dim % 2:
-      raise ValueError(f"mla_rope_dim must be even, got {cfg.mla_rope_dim}")
-    if cfg.rope_scaling is not None and cfg.paper_rotary:
+    if cfg.rope_scaling is not None and self.paper_rotary(cfg):
       raise ValueError("rope_scaling does not apply to the paper's MLA transform "
                        "(it is not a rotation)")
 
@@ -547,7 +707,7 @@ class MLA(PositionalEncoding):
     return _table_rows(params["pos_table"], seq_len, positions)
 
   def qk_transform(self, cfg):
-    if cfg.paper_rotary:
+    if self.paper_rotary(cfg):
       return P.PaperMLARotation(base=cfg.rope_base)
     return P.Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec)
 
@@ -559,21 +719,17 @@ class CoPE(PositionalEncoding):
   name = "cope"
   description = ("CoPE: q_i·e[p_ij] with contextual positions p_ij = gated counts "
                  "σ(q·k) between key and query, interpolated e (per layer)")
-  options = ("cope_positions",)
+  options_type = CoPEOptions
   kinds = ("contextual",)
   spectral_note = ("CoPE's positions are gated counts of the content (σ(q·k)): the "
                    "position term depends on the tokens, so it has no Toeplitz form")
 
   def npos(self, cfg) -> int:
-    return cfg.cope_positions or cfg.max_len
+    return cfg.pe_options.positions or cfg.max_len
 
   def layer_params(self, cfg, next_key):
     # zero, as the paper: a CoPE model starts as NoPE and learns its table
     return {"cope_pos_emb": jnp.zeros((self.npos(cfg), cfg.head_dim))}
-
-  def validate(self, cfg):
-    if cfg.cope_positions is not None and cfg.cope_positions < 2:
-      raise ValueError(f"cope_positions must be >= 2, got {cfg.cope_positions}")
 
   def content_bias(self, cfg, params, q, k, mask):
     return P.cope_bias(q, k, params["cope_pos_emb"], scale=1.0 / math.sqrt(q.shape[-1]),
@@ -672,11 +828,12 @@ class AlibiMultiplicative(Alibi):
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
-    Rotary("partial_rope", "rotary on the first rope_heads heads only", partial=True),
+    Rotary("partial_rope", "rotary on the first k heads only (--rope_heads, default 1)",
+           partial=True),
     Rotary("rope_sinusoidal", "input sinusoid + rotary (what the paper's code calls rope)",
            input_sinusoid=True),
     Kerple("log"), Kerple("power"),
-    Rotary("p_rope", "p-RoPE: rotary on the highest rope_fraction of the frequency "
+    Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
 ):

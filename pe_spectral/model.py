@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import chex
 import jax
@@ -102,28 +102,23 @@ class ModelConfig:
     d_model, num_heads, num_layers, d_ff, max_len: sizes.
     dropout: dropout rate (attention probabilities, attention output, FFN).
     faithful: the paper's architecture quirks (see module docstring).
-    rope_heads: heads with RoPE for ``partial_rope`` (``0..num_heads``).
+    pe_options: the PE's own options, one frozen value of the type its
+      encoding declares (``encodings.PartialRopeOptions`` for
+      ``partial_rope``'s head count, ``PRopeOptions``, ``XPosOptions``,
+      ``AlibiOptions``, ``FireOptions``, ``CoPEOptions``, and
+      ``MLAOptions`` for latent attention's widths), or a dict of its
+      fields; None (default): the type's defaults. A PE without options takes
+      None only. ``config.json`` records it as a nested object.
     rope_base: RoPE / sinusoid base.
     causal: causal attention mask (ALiBi then uses its causal Toeplitz form).
     relative_buckets: ``None`` = one learned scalar per clipped offset (the
       paper); an int = T5 log-buckets with that many buckets.
     relative_max_distance: clip distance (default ``max_len - 1``, i.e. every
       offset its own entry, as the paper) or the T5 ``max_distance``.
-    mla_latent_dim, mla_rope_dim: MLA latent width and rotary width.
-    mla_shared_rope_query: one rotary query for all heads (paper); default:
-      per-head in clean mode, shared in faithful mode.
-    mla_paper_rotary: the paper's buggy rotary transform; default: faithful.
-    rope_fraction: p-RoPE's share of rotating frequency pairs (``p_rope`` only;
-      default 0.75).
     rope_scaling, rope_scaling_factor, rope_scaling_original_len: an
       eval-time rotary context extension (``"pi"``, ``"ntk"``, ``"yarn"``;
       :class:`positional.RopeScaling`) applied to an already-trained model by
       ``experiments.lengths``; None (default) trains and evaluates plain RoPE.
-    fire_hidden: FIRE's MLP width (``fire`` only; default 32).
-    xpos_gamma, xpos_scale_base: xPos' ``γ`` (0.4) and scale base (512)
-      (``xpos`` only).
-    cope_positions: CoPE's number of position embeddings (``cope`` only;
-      default ``max_len``; contextual positions are clipped below it).
     random_positions: randomized positions (Ruoss et al. 2023): every batch,
       in training and in evaluation, the tokens get sorted distinct positions
       drawn from ``[0, random_positions)`` instead of ``0..n-1`` (for any PE
@@ -161,25 +156,15 @@ class ModelConfig:
   max_len: int = 128
   dropout: float = 0.1
   faithful: bool = False
-  rope_heads: int = 1
+  pe_options: Any = None
   rope_base: float = 10000.0
   causal: bool = False
   relative_buckets: Optional[int] = None
   relative_max_distance: Optional[int] = None
-  mla_latent_dim: int = 128
-  mla_rope_dim: int = 16
-  mla_shared_rope_query: Optional[bool] = None
-  mla_paper_rotary: Optional[bool] = None
   init_scheme: Optional[str] = None
-  alibi_slopes: Optional[str] = None
-  rope_fraction: Optional[float] = None
   rope_scaling: Optional[str] = None
   rope_scaling_factor: Optional[float] = None
   rope_scaling_original_len: Optional[int] = None
-  fire_hidden: Optional[int] = None
-  xpos_gamma: Optional[float] = None
-  xpos_scale_base: Optional[float] = None
-  cope_positions: Optional[int] = None
   random_positions: Optional[int] = None
   attention_block: Optional[int] = None
   remat: Optional[bool] = None
@@ -197,10 +182,10 @@ class ModelConfig:
           f"({self.num_heads})")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):
       raise ValueError(f"rope_base must be a finite number > 0, got {self.rope_base}")
-    for name in PE_OPTIONS:  # a PE's own fields, set for another PE
-      if getattr(self, name) is not None and name not in enc.options:
-        owners = [p for p in encodings.names() if name in encodings.get(p).options]
-        raise ValueError(f"{name} only applies to pe={' or '.join(map(repr, owners))}")
+    opts = _resolved_options(self.pe, self.pe_options)
+    if opts is not None:  # defaults that depend on the sizes, filled in once
+      opts = enc.complete_options(self, opts)
+    object.__setattr__(self, "pe_options", opts)
     if self.random_positions is not None:
       if not enc.takes_positions:
         raise ValueError(f"random_positions needs a PE that uses positions; {self.pe!r} "
@@ -216,15 +201,10 @@ class ModelConfig:
       raise ValueError(f"dtype must be None (float32) or 'bfloat16', got {self.dtype!r}")
     if self.remat not in (None, True, False):
       raise ValueError(f"remat must be True, False or None, got {self.remat!r}")
-    if self.fire_hidden is not None and self.fire_hidden < 1:
-      raise ValueError(f"fire_hidden must be >= 1, got {self.fire_hidden}")
     if self.rope_scaling is not None:
       if enc.qk_transform(self.replace(rope_scaling=None)) is None:
         raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
       self.rope_scaling_spec  # validates kind, factor and length
-    if self.alibi_slopes not in (None, "standard", "paper"):
-      raise ValueError(f"alibi_slopes must be 'standard' or 'paper', got "
-                       f"{self.alibi_slopes!r}")
     if not 0.0 <= self.dropout < 1.0:
       raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
     if self.init_scheme not in (None, "torch", "lecun"):
@@ -284,25 +264,6 @@ class ModelConfig:
     return script_quirks(self.faithful, self.attention)
 
   @property
-  def shared_rope_query(self) -> bool:
-    if self.mla_shared_rope_query is None:
-      return self.faithful
-    return self.mla_shared_rope_query
-
-  @property
-  def paper_rotary(self) -> bool:
-    if self.mla_paper_rotary is None:
-      return self.faithful
-    return self.mla_paper_rotary
-
-  @property
-  def alibi_slope_scheme(self) -> str:
-    """'paper' (exp(-h/H)) in faithful mode unless overridden, else 'standard'."""
-    if self.alibi_slopes is None:
-      return "paper" if self.faithful else "standard"
-    return self.alibi_slopes
-
-  @property
   def init(self) -> str:
     """The resolved init scheme."""
     if self.init_scheme is None:
@@ -339,28 +300,89 @@ class ModelConfig:
   def to_dict(self) -> dict:
     """The fields that apply to this PE: every shared field, and of the
     PE-scoped ones (:data:`PE_SCOPED`) only the PE's own
-    (``encoding.config_fields``). What ``config.json`` records;
-    ``ModelConfig(**d)`` rebuilds a config that computes the same model."""
+    (``encoding.config_fields``), its options as a nested dict. What
+    ``config.json`` records; :meth:`from_dict` rebuilds a config that
+    computes the same model."""
     return recorded_fields(dataclasses.asdict(self))
 
+  @classmethod
+  def from_dict(cls, d: dict) -> "ModelConfig":
+    """The config of a ``config.json`` ``model`` dict, of this format or an
+    older one (:func:`upgrade_record`)."""
+    return cls(**upgrade_record(d))
 
-# ModelConfig fields that belong to one PE (its ``options``).
-PE_OPTIONS = ("rope_fraction", "fire_hidden", "xpos_gamma", "xpos_scale_base",
-              "alibi_slopes", "cope_positions")
-# Every field that applies to some PEs only: the options and what PEs read
+
+def _resolved_options(pe: str, opts):
+  """``pe_options`` as stored: the PE's options type (its defaults for None,
+  built from a dict of its fields), or None for a PE without options."""
+  kind = encodings.get(pe).options_type
+  if kind is None:
+    if opts is not None:
+      owners = [p for p in encodings.names() if encodings.get(p).options_type is not None]
+      raise ValueError(f"pe={pe!r} has no options, got pe_options={opts!r} (PEs with "
+                       f"options: {', '.join(owners)})")
+    return None
+  if opts is None:
+    return kind()
+  if isinstance(opts, dict):
+    names = [f.name for f in dataclasses.fields(kind)]
+    unknown = sorted(set(opts) - set(names))
+    if unknown:
+      raise ValueError(f"pe_options of {pe!r} ({kind.__name__}) has no field "
+                       f"{', '.join(map(repr, unknown))}; its fields: {', '.join(names)}")
+    return kind(**opts)
+  if type(opts) is not kind:
+    raise ValueError(f"pe_options of {pe!r} must be {kind.__name__} (or a dict of its "
+                     f"fields), got {type(opts).__name__}")
+  return opts
+
+
+# Every field that applies to some PEs only: their options and what PEs read
 # (``PositionalEncoding.reads``). The rest (sizes, dropout, mode, memory
 # options, random positions) applies to every run.
-PE_SCOPED = PE_OPTIONS + (
-    "rope_heads", "rope_base", "relative_buckets", "relative_max_distance",
-    "mla_latent_dim", "mla_rope_dim", "mla_shared_rope_query", "mla_paper_rotary",
-    "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
+PE_SCOPED = ("pe_options", "rope_base", "relative_buckets", "relative_max_distance",
+             "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
+# Records written before the options were nested kept them as flat fields:
+# old field -> its name in the PE's options type.
+LEGACY_OPTIONS = {"rope_heads": "heads", "rope_fraction": "fraction",
+                  "xpos_gamma": "gamma", "xpos_scale_base": "scale_base",
+                  "alibi_slopes": "slopes", "fire_hidden": "hidden",
+                  "cope_positions": "positions", "mla_latent_dim": "latent_dim",
+                  "mla_rope_dim": "rope_dim", "mla_shared_rope_query": "shared_rope_query",
+                  "mla_paper_rotary": "paper_rotary"}
+
+
+def upgrade_record(d: dict) -> dict:
+  """A ``config.json`` ``model`` dict in this format. Older records kept each
+  PE option as a flat field (:data:`LEGACY_OPTIONS`; None meant the default,
+  and the oldest listed every PE's): those of the run's PE become its
+  ``pe_options``, the others (None, or partial RoPE's head count and MLA's
+  widths, recorded for every PE) are dropped. A dict already in this format
+  comes back equal."""
+  legacy = {k: d[k] for k in LEGACY_OPTIONS if k in d}
+  if not legacy:
+    return dict(d)
+  out = {k: v for k, v in d.items() if k not in LEGACY_OPTIONS}
+  kind = encodings.get(d["pe"]).options_type
+  if kind is not None and out.get("pe_options") is None:
+    names = {f.name for f in dataclasses.fields(kind)}
+    opts = {LEGACY_OPTIONS[k]: v for k, v in legacy.items()
+            if v is not None and LEGACY_OPTIONS[k] in names}
+    out["pe_options"] = dict(sorted(opts.items())) or None
+  return out
 
 
 def recorded_fields(d: dict) -> dict:
-  """A ModelConfig dict (``config.json``'s ``model``) without the PE-scoped
-  fields its PE does not read: what :meth:`ModelConfig.to_dict` records."""
+  """A ModelConfig dict (``config.json``'s ``model``, of any format) without
+  the PE-scoped fields its PE does not read: what :meth:`ModelConfig.to_dict`
+  records. A PE's options are recorded in full (every field, the defaults
+  that depend on the sizes filled in), so the record says what ran."""
+  d = upgrade_record(d)
   own = set(encodings.get(d["pe"]).config_fields)
-  return {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
+  out = {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
+  if "pe_options" in own:
+    out["pe_options"] = dataclasses.asdict(ModelConfig(**d).pe_options)
+  return out
 
 
 def _drawn(positions) -> bool:
@@ -461,8 +483,9 @@ def _multi_head(cfg: ModelConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
 
 def _latent(cfg: ModelConfig, rngs: nnx.Rngs) -> LatentAttention:
   return LatentAttention(
-      cfg.d_model, cfg.num_heads, latent_dim=cfg.mla_latent_dim,
-      rope_dim=cfg.mla_rope_dim, shared_rope_query=cfg.shared_rope_query,
+      cfg.d_model, cfg.num_heads, latent_dim=cfg.pe_options.latent_dim,
+      rope_dim=cfg.pe_options.rope_dim,
+      shared_rope_query=cfg.encoding.shared_rope_query(cfg),
       rotary=cfg.encoding.qk_transform(cfg),
       # the paper's MLA has no attention dropout (ScriptQuirks); the clean
       # model gives every PE the same regularisation

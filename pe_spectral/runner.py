@@ -34,7 +34,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import numpy as np
 
-from pe_spectral import devices, plotting, stats, tasks
+from pe_spectral import devices, encodings, plotting, stats, tasks
 from pe_spectral import train as train_lib
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
 from pe_spectral.model import check_token_ids
@@ -408,8 +408,7 @@ def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> 
   summary = {
       "pe": rc.model.pe, "task": rc.task.name, "preset": rc.preset,
       "faithful": rc.model.faithful,
-      "rope_heads": (rc.model.rope_heads if "rope_heads" in rc.model.encoding.options
-                     else None),
+      "rope_heads": encodings.rope_heads_option(rc.model),
       "seeds": list(seeds), "steps": total,
       "test_accuracy": test.tolist(), "test_accuracy_mean": float(test.mean()),
       "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,

@@ -116,8 +116,8 @@ def recorded(config: dict) -> dict:
     return config
   try:
     recorded_model = model.recorded_fields(run["model"])
-  except (KeyError, ValueError):
-    return config  # an unknown PE: compared as written
+  except (KeyError, ValueError, TypeError):
+    return config  # an unknown PE or option: compared as written
   return dict(config, run=dict(run, model=recorded_model,
                                task=tasks.recorded_fields(run["task"])))
 
@@ -151,7 +151,7 @@ def check_workdir(workdir, paths, config, resume) -> None:
         f"{workdir} holds checkpoints but no config.json, so the settings they were "
         "trained with cannot be verified; pass --noresume to discard them or choose "
         "another --workdir")
-  old = None
+  old, diff = None, []
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
       old = recorded(json.load(f))
@@ -166,5 +166,7 @@ def check_workdir(workdir, paths, config, resume) -> None:
       if os.path.exists(paths[key]):
         os.remove(paths[key])
     shutil.rmtree(paths["ckpt"], ignore_errors=True)
-  if writer and old != config:  # only after every check has passed; unchanged: untouched
+  # only after every check has passed; the same run (an older record of it
+  # included, whatever its format): untouched
+  if writer and (old is None or diff):
     write_json(paths["config"], config)

@@ -229,7 +229,7 @@ def test_masking_every_pair_is_theta_zero():
   np.testing.assert_allclose(apply_model(g, params, ids, freq_mask=zero),
                              apply_model(g_n, params, ids), atol=1e-6)
   head0 = jnp.ones((2, 2, 4)).at[:, 1].set(0.0)
-  g_p, _ = init_model(ModelConfig(pe="partial_rope", rope_heads=1, **small), jax.random.key(0))
+  g_p, _ = init_model(ModelConfig(pe="partial_rope", **small), jax.random.key(0))
   np.testing.assert_allclose(apply_model(g, params, ids, freq_mask=head0),
                              apply_model(g_p, params, ids), atol=1e-6)
   assert float(jnp.abs(apply_model(g, params, ids) - apply_model(g_n, params, ids)).max()) > 1e-4

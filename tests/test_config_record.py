@@ -1,6 +1,7 @@
 """What ``config.json`` records: only the fields that apply to the run's PE and
 task. The oracle is the model and the data themselves: a field left out must
 change nothing that is computed, and one kept must change something."""
+import dataclasses
 import json
 
 import jax
@@ -9,23 +10,34 @@ import pytest
 
 from pe_spectral import config as configs
 from pe_spectral import encodings, tasks, workdir
-from pe_spectral.model import PE_OPTIONS, PE_SCOPED, ModelConfig, apply_model, init_model
+from pe_spectral.model import PE_SCOPED, ModelConfig, apply_model, init_model
 
 # A value for each scoped field that differs from every preset's (the
 # rope_scaling trio and the PE options are refused for a PE they do not apply
 # to, tested in test_model/test_new_pes).
-_PERTURB = {"rope_heads": 0, "rope_base": 500.0, "relative_buckets": 4,
-            "relative_max_distance": 3, "mla_latent_dim": 4, "mla_rope_dim": 4}
-_FLIPS = ("mla_shared_rope_query", "mla_paper_rotary")
-_REFUSED = set(PE_OPTIONS) | {"rope_scaling", "rope_scaling_factor",
-                              "rope_scaling_original_len"}
+_PERTURB = {"rope_base": 500.0, "relative_buckets": 4, "relative_max_distance": 3}
 
 
-def _perturbed(cfg: ModelConfig, field: str) -> ModelConfig:
-  if field in _FLIPS:
-    current = cfg.shared_rope_query if field == "mla_shared_rope_query" else cfg.paper_rotary
-    return cfg.replace(**{field: not current})
-  return cfg.replace(**{field: _PERTURB[field]})
+def _options_perturbed(cfg: ModelConfig) -> list:
+  """``cfg`` with each option of its PE set to another value than it has; every
+  one must change the model (a PE's options are refused for another PE)."""
+  enc, opts = cfg.encoding, cfg.pe_options
+  if isinstance(opts, encodings.MLAOptions):
+    changes = [{"latent_dim": 4}, {"rope_dim": 4},
+               {"shared_rope_query": not enc.shared_rope_query(cfg)},
+               {"paper_rotary": not enc.paper_rotary(cfg)}]
+  else:
+    changes = {encodings.PartialRopeOptions: [{"heads": 0}],
+               encodings.PRopeOptions: [{"fraction": 0.5}],
+               encodings.XPosOptions: [{"gamma": 0.2}, {"scale_base": 64.0}],
+               encodings.AlibiOptions: [{"slopes": "paper"}],
+               encodings.FireOptions: [{"hidden": 8}],
+               encodings.CoPEOptions: [{"positions": 10}]}.get(type(opts), [])
+  assert opts is None or changes, f"{cfg.pe}: no perturbation for {type(opts).__name__}"
+  return [cfg.replace(pe_options=dataclasses.replace(opts, **c)) for c in changes]
+
+
+_REFUSED = {"pe_options", "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len"}
 
 
 def _outputs(cfg: ModelConfig):
@@ -55,8 +67,12 @@ def test_recorded_fields_are_exactly_the_ones_that_matter(pe, faithful):
   base = _outputs(cfg)
   # rebuilt from what config.json records: the same model
   assert _same(_outputs(ModelConfig(**d)), base)
-  for field in sorted(set(_PERTURB) | set(_FLIPS)):
-    changed = _outputs(_perturbed(cfg, field))
+  assert _same(_outputs(ModelConfig.from_dict(json.loads(json.dumps(d)))), base)
+  for changed_cfg in _options_perturbed(cfg):
+    assert not _same(_outputs(changed_cfg), base), \
+        f"{pe}: {changed_cfg.pe_options} is recorded but changes nothing"
+  for field in sorted(_PERTURB):
+    changed = _outputs(cfg.replace(**{field: _PERTURB[field]}))
     if field in own:
       assert not _same(changed, base), f"{pe}: {field} is recorded but changes nothing"
     else:
@@ -69,7 +85,8 @@ def test_refused_fields_are_recorded_only_where_they_apply(pe):
   d = configs.build("smoke", "distance", pe).model.to_dict()
   rotary = enc.qk_transform(configs.build("smoke", "distance", pe).model) is not None
   for field in _REFUSED:
-    applies = field in enc.options or (field.startswith("rope_scaling") and rotary)
+    applies = ((field == "pe_options" and enc.options_type is not None)
+               or (field.startswith("rope_scaling") and rotary))
     assert (field in d) == applies, (pe, field)
 
 
@@ -101,7 +118,8 @@ def test_an_older_full_config_resumes_and_is_left_untouched(tmp_path):
   new = {"run": rc.to_dict(), "seeds": [0, 1], "eval_every": 6}
   full = dict(new, run=dict(rc.to_dict(), model=dataclasses.asdict(rc.model),
                             task=dataclasses.asdict(rc.task)))
-  assert "mla_latent_dim" in full["run"]["model"] and "mla_latent_dim" not in new["run"]["model"]
+  assert "relative_buckets" in full["run"]["model"]
+  assert "relative_buckets" not in new["run"]["model"]
   assert workdir.config_diff(full, new) != []  # the raw files differ...
   assert workdir.config_diff(workdir.recorded(full), new) == []  # ...not the runs
   paths = {"config": str(tmp_path / "config.json"), "ckpt": str(tmp_path / "ckpt")}
@@ -117,7 +135,7 @@ def test_an_older_full_config_resumes_and_is_left_untouched(tmp_path):
   assert workdir.config_diff(workdir.recorded(full), based) == [
       "run.model.rope_base: 10000.0 -> 500.0"]
   irrelevant = dict(full, run=dict(full["run"], model=dict(full["run"]["model"],
-                                                             mla_latent_dim=4)))
+                                                             relative_buckets=4)))
   assert workdir.config_diff(workdir.recorded(irrelevant), new) == []
 
 
@@ -152,3 +170,111 @@ def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
   assert rc.train.b2 == 0.99
   with pytest.raises(ValueError, match="use --pe"):
     configs.build("smoke", "distance", "rope", overrides={"model": {"pe": "nope"}})
+
+
+@pytest.mark.parametrize("path", ["results/runs/distance/partial_rope-k2-study/config.json",
+                                  "results/runs/distance/alibi-faithful-study/config.json",
+                                  "results/runs/distance/rope-study/config.json"])
+def test_a_committed_record_with_flat_options_reads_resumes_and_is_left_untouched(
+    path, tmp_path):
+  """Records written before the PE options were nested (``rope_heads``,
+  ``alibi_slopes``... as flat fields, the oldest listing every PE's) read as
+  the same config, compare equal to it and are not rewritten; a changed option
+  is refused by its nested name."""
+  import os
+  here = os.path.join(os.path.dirname(__file__), "..", path)
+  text = open(here).read()
+  old = json.loads(text)
+  flat = old["run"]["model"]
+  assert "pe_options" not in flat and "alibi_slopes" in flat  # the old format
+  rc = configs.RunConfig.from_dict(old["run"])
+  want_heads = flat["rope_heads"] if flat["pe"] == "partial_rope" else None
+  assert encodings.rope_heads_option(rc.model) == want_heads
+  if flat["pe"] == "alibi":  # None: the mode's slopes (faithful: the paper's)
+    assert rc.model.pe_options == encodings.AlibiOptions(slopes=None)
+    assert rc.model.encoding.slope_scheme(rc.model) == "paper"
+  new = dict(old, run=rc.to_dict())
+  assert workdir.config_diff(workdir.recorded(old), new) == []
+  (tmp_path / "config.json").write_text(text)
+  paths = {"config": str(tmp_path / "config.json"), "ckpt": str(tmp_path / "ckpt")}
+  workdir.check_workdir(str(tmp_path), paths, new, resume=True)
+  assert (tmp_path / "config.json").read_text() == text  # untouched
+  if want_heads is not None:
+    other = rc.model.replace(pe_options={"heads": 1})
+    changed = dict(new, run=dict(new["run"], model=other.to_dict()))
+    assert workdir.config_diff(workdir.recorded(old), changed) == [
+        "run.model.pe_options.heads: 2 -> 1"]
+    with pytest.raises(workdir.ConfigMismatchError, match="pe_options.heads"):
+      workdir.check_workdir(str(tmp_path), paths, changed, resume=True)
+
+
+def test_pe_options_are_set_by_their_own_flags_and_refused_for_another_pe():
+  rc = configs.build("smoke", "distance", "xpos",
+                     overrides={"model": {"pe_options.gamma": 0.25}})
+  assert rc.model.pe_options == encodings.XPosOptions(gamma=0.25, scale_base=512.0)
+  assert rc.model.to_dict()["pe_options"] == {"gamma": 0.25, "scale_base": 512.0}
+  assert configs.parse_override("model", "pe_options.positions", "none") is None
+  assert configs.parse_override("model", "pe_options.hidden", "8") == 8
+  for name, msg in [("pe_options.heads", "use --rope_heads"),
+                    ("pe_options.slopes", "use --alibi_slopes"),
+                    ("pe_options", "pe_options.<field>"),
+                    ("pe_options.nosuch", "no such field")]:
+    with pytest.raises(ValueError, match=msg):
+      configs.parse_override("model", name, "1")
+  with pytest.raises(ValueError, match="pe='rope' has no options"):
+    configs.build("smoke", "distance", "rope", overrides={"model": {"pe_options.gamma": 0.25}})
+  with pytest.raises(ValueError, match="PRopeOptions.*no field 'gamma'"):
+    configs.build("smoke", "distance", "p_rope", overrides={"model": {"pe_options.gamma": 0.2}})
+  from experiments import sweep  # the default workdir names the option by its field
+  assert sweep.default_workdir("distance", "xpos", "smoke", False, None, None,
+                               {"model": {"pe_options.gamma": 0.25}}).endswith(
+                                   "xpos-smoke-gamma0.25")
+  # equal options, however given, are one config (one cache entry, one record)
+  a = configs.build("smoke", "distance", "partial_rope", rope_heads=1).model
+  b = configs.build("smoke", "distance", "partial_rope").model
+  c = b.replace(pe_options=encodings.PartialRopeOptions(heads=1))
+  assert a == b == c and hash(a) == hash(c)
+
+
+def test_a_new_pe_declares_its_options_and_they_reach_its_hooks():
+  """The extension point: a PE's options are a frozen dataclass of its own;
+  the config builds, validates, records and rebuilds them; the registry
+  refuses anything else as an options type."""
+  import jax.numpy as jnp
+
+  @dataclasses.dataclass(frozen=True)
+  class ScaleOptions:
+    scale: float = 1.0
+
+    def __post_init__(self):
+      if not self.scale > 0:
+        raise ValueError(f"ScaleOptions.scale must be > 0, got {self.scale}")
+
+  class Scaled(encodings.PositionalEncoding):
+    name = "test_scaled_bias"
+    kinds = ("bias",)
+    options_type = ScaleOptions
+
+    def bias(self, cfg, params, seq_len):
+      k = jnp.abs(jnp.arange(seq_len)[:, None] - jnp.arange(seq_len)[None])
+      return -cfg.pe_options.scale * jnp.broadcast_to(k, (cfg.num_heads, seq_len, seq_len))
+
+  encodings.register(Scaled())
+  try:
+    small = dict(vocab_size=11, num_classes=3, d_model=8, num_heads=2, num_layers=1,
+                 d_ff=8, max_len=12, dropout=0.0)
+    cfg = ModelConfig(pe="test_scaled_bias", pe_options={"scale": 0.5}, **small)
+    assert cfg.pe_options == ScaleOptions(0.5) and cfg.to_dict()["pe_options"] == {"scale": 0.5}
+    assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    base = _outputs(ModelConfig(pe="test_scaled_bias", **small))  # scale 1
+    assert not _same(_outputs(cfg), base)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+      ModelConfig(pe="test_scaled_bias", pe_options={"scale": 0.0}, **small)
+  finally:
+    encodings.unregister("test_scaled_bias")
+
+  class Loose(encodings.PositionalEncoding):
+    name = "test_loose_options"
+    options_type = dict
+  with pytest.raises(ValueError, match="options_type must be a frozen dataclass"):
+    encodings.register(Loose())

@@ -185,6 +185,6 @@ def test_registry_declares_the_coupling_of_the_pairs():
   assert c["nope"] == c["sinusoidal"] == ""
   with pytest.raises(ValueError, match="bidirectional"):
     ModelConfig(pe="alibi_multiplicative", causal=True)
-  cfg = ModelConfig(pe="alibi_multiplicative", alibi_slopes="paper", num_heads=4, d_model=64)
+  cfg = ModelConfig(pe="alibi_multiplicative", pe_options={"slopes": "paper"}, num_heads=4, d_model=64)
   np.testing.assert_allclose(encodings.get(cfg.pe).rhos(cfg),
                              np.exp(-np.exp(-np.arange(4) / 4)), rtol=1e-6)

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from pe_spectral import decompose as D
+from pe_spectral import encodings
 from pe_spectral.config import MODEL_PRESETS as PRESETS
 from pe_spectral.model import ModelConfig, init_model
 
@@ -73,7 +74,9 @@ def _oracle_logits(params, cfg, x_layer, e, layer, *, rotate=True):
           c = np.minimum(f + 1, len(emb) - 1)
           z = lambda idx: (q[:, i, head] * emb[idx]).sum(-1)
           out[:, head, i, j] += (p_ij - f) * z(c) + (1 - (p_ij - f)) * z(f)
-  slopes = ([np.exp(-h / H) for h in range(H)] if cfg.alibi_slope_scheme == "paper"
+  paper_slopes = isinstance(cfg.pe_options, encodings.AlibiOptions) and \
+      cfg.encoding.slope_scheme(cfg) == "paper"
+  slopes = ([np.exp(-h / H) for h in range(H)] if paper_slopes
             else [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])  # H a power of 2
   if cfg.pe == "alibi_multiplicative" and rotate:  # content logits times e^(-m_h |i-j|)
     for head in range(H):
@@ -134,7 +137,7 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
   Grams against the float64 loop oracle; and the logits the model's own
   forward pass feeds its softmax (captured there) against the same oracle."""
   from pe_spectral import attention
-  cfg = ModelConfig(pe=pe, faithful=faithful, rope_heads=1, **TINY)
+  cfg = ModelConfig(pe=pe, faithful=faithful, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
   if pe == "cope":  # its table starts at zero (the paper): give the term something to do
     for l, blk in params["blocks"].items():
@@ -161,7 +164,7 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
     np.testing.assert_allclose(t["logits_theta0"], want0, atol=2e-5, rtol=1e-5)
     # content-only counterpart: the same oracle on the content stream, no bias
     additive = {"bias", "contextual"} & set(cfg.encoding.kinds)
-    plain = dataclasses.replace(cfg, pe="nope") if additive else cfg
+    plain = dataclasses.replace(cfg, pe="nope", pe_options=None) if additive else cfg
     g_cc = _oracle_logits(params, plain, xs_c[layer], e_c, layer, rotate=False)
     np.testing.assert_allclose(t["G_cc"], g_cc, atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"],
@@ -181,7 +184,7 @@ def test_causal_model_ignores_future_tokens(pe):
   ids = _ids(b=2, s=10, full=True)
   changed = ids.at[:, 6].set(jnp.where(ids[:, 6] == 3, 4, 3))
   for causal in (True, False):
-    cfg = ModelConfig(pe=pe, causal=causal, rope_heads=1, **TINY)
+    cfg = ModelConfig(pe=pe, causal=causal, **TINY)
     graphdef, params = init_model(cfg, jax.random.key(2))
     model = nnx.merge(graphdef, params)
     def last(x):  # the last block's output at every position
@@ -238,7 +241,8 @@ def test_summary_measures_match_numpy():
 def test_mla_terms(faithful):
   """MLA: terms sum to L; the channels split L - B; the Hadamard form (true
   rotation only) equals L; θ = 0 equals the model run at position 0 everywhere."""
-  cfg = ModelConfig(pe="mla", faithful=faithful, **{**TINY, "mla_latent_dim": 8, "mla_rope_dim": 4})
+  cfg = ModelConfig(pe="mla", faithful=faithful, pe_options={"latent_dim": 8, "rope_dim": 4},
+                    **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = _ids()
   model = nnx.merge(graphdef, params)
@@ -252,7 +256,7 @@ def test_mla_terms(faithful):
     # Oracle: the module's own q, k (rotated / all at position 0).
     attn = model.blocks[layer].attn
     x = model.blocks[layer].ln1(xs[layer])
-    d = cfg.head_dim + cfg.mla_rope_dim
+    d = cfg.head_dim + cfg.pe_options.rope_dim
     for pos, key in ((jnp.arange(10), "logits"), (jnp.zeros(10, jnp.int32), None)):
       q, k = attn.project_qk(x, pos)
       want = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)

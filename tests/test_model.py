@@ -9,11 +9,12 @@ from pe_spectral.attention import MultiHeadAttention
 from pe_spectral.config import MODEL_PRESETS as PRESETS
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
-TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, mla_latent_dim=8,
-            mla_rope_dim=4)
+TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5)
 
 
 def _cfg(pe, **kw):
+  if pe == "mla":  # a rotary channel narrower than the heads (default: the head width)
+    kw.setdefault("pe_options", {"rope_dim": 4})
   return ModelConfig(pe=pe, **{**TINY, **kw})
 
 
@@ -25,7 +26,7 @@ def _ids(key, b=3, s=10, lengths=(10, 7, 4)):
 @pytest.mark.parametrize("faithful", [False, True])
 @pytest.mark.parametrize("pe", encodings.names())
 def test_every_pe_forward_backward_finite(pe, faithful):
-  cfg = _cfg(pe, faithful=faithful, rope_heads=1)
+  cfg = _cfg(pe, faithful=faithful)  # partial_rope: k = 1 (its default)
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = _ids(jax.random.key(1))
 
@@ -44,7 +45,7 @@ def test_every_pe_forward_backward_finite(pe, faithful):
 @pytest.mark.parametrize("pe", [p for p in encodings.names() if p != "nope"])
 def test_every_pe_makes_output_depend_on_order(pe, faithful):
   """A PE that is the identity (or zero) would leave a NoPE-like model order-blind."""
-  cfg = _cfg(pe, faithful=faithful, rope_heads=1, dropout=0.0)
+  cfg = _cfg(pe, faithful=faithful, dropout=0.0)
   graphdef, params = init_model(cfg, jax.random.key(0))
   if pe == "cope":  # its table starts at zero (the paper's init: NoPE at step 0)
     for l, blk in params["blocks"].items():
@@ -68,7 +69,7 @@ def test_nope_is_permutation_invariant(faithful):
 
 @pytest.mark.parametrize("pe", encodings.names())
 def test_clean_mode_ignores_extra_padding(pe):
-  cfg = _cfg(pe, rope_heads=1)
+  cfg = _cfg(pe)
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = _ids(jax.random.key(1), s=10)
   padded = jnp.pad(ids, ((0, 0), (0, 6)))
@@ -130,7 +131,8 @@ def test_partial_rope_zero_heads_equals_nope(faithful):
   ids = _ids(jax.random.key(1))
   outs = []
   for pe in ("partial_rope", "nope"):
-    cfg = _cfg(pe, rope_heads=0, faithful=faithful)
+    cfg = _cfg(pe, faithful=faithful,
+               pe_options={"heads": 0} if pe == "partial_rope" else None)
     outs.append(apply_model(*init_model(cfg, jax.random.key(0)), ids))
   np.testing.assert_array_equal(outs[0], outs[1])
 
@@ -138,7 +140,7 @@ def test_partial_rope_zero_heads_equals_nope(faithful):
 def test_rope_equals_partial_rope_all_heads():
   ids = _ids(jax.random.key(1))
   a = apply_model(*init_model(_cfg("rope"), jax.random.key(0)), ids)
-  b = apply_model(*init_model(_cfg("partial_rope", rope_heads=2),
+  b = apply_model(*init_model(_cfg("partial_rope", pe_options={"heads": 2}),
                               jax.random.key(0)), ids)
   np.testing.assert_array_equal(a, b)
 
@@ -176,18 +178,27 @@ def test_learned_table_too_short_raises():
     (dict(pe="rotary"), "valid names: nope"),
     (dict(d_model=30, num_heads=4), "divisible"),
     (dict(pe="rope", d_model=12, num_heads=4), "even head_dim"),
-    (dict(pe="partial_rope", rope_heads=5, num_heads=2), "rope_heads"),
-    (dict(pe="partial_rope", rope_heads=-1), "rope_heads"),
-    (dict(pe="mla", mla_latent_dim=0), "latent dims"),
-    (dict(pe="mla", mla_rope_dim=-2), "latent dims"),
+    (dict(pe="partial_rope", pe_options={"heads": 5}, num_heads=2), "rope_heads"),
+    (dict(pe="partial_rope", pe_options={"heads": -1}), r"heads \(--rope_heads\) must be an int >= 0"),
+    (dict(pe="partial_rope", pe_options={"heads": 1.5}), "must be an int >= 0, got 1.5"),
+    (dict(pe="partial_rope", pe_options={"heads": True}), "must be an int >= 0, got True"),
+    (dict(pe="mla", pe_options={"latent_dim": 0}), "latent_dim must be an int >= 1"),
+    (dict(pe="mla", pe_options={"rope_dim": -2}), "rope_dim must be an int >= 1"),
+    (dict(pe="mla", pe_options={"rope_dim": 3}), "rope_dim must be even"),
+    (dict(pe="mla", d_model=12, num_heads=4), "head width, d_model/num_heads = 3, which is odd"),
+    (dict(pe="mla", pe_options={"paper_rotary": 1}), "paper_rotary must be True, False"),
     (dict(num_layers=0), "num_layers"),
-    (dict(pe="alibi", alibi_slopes="steep"), "alibi_slopes"),
-    (dict(pe="rope", alibi_slopes="paper"), "alibi_slopes only applies to pe='alibi'"),
-    (dict(pe="rope", fire_hidden=8), "fire_hidden only applies to pe='fire'"),
-    (dict(pe="fire", fire_hidden=0), "fire_hidden must be"),
-    (dict(pe="xpos", xpos_gamma=-1.0), "xpos_gamma"),
-    (dict(pe="xpos", xpos_scale_base=float("nan")), "xpos_scale_base"),
-    (dict(pe="cope", cope_positions=1), "cope_positions"),
+    (dict(pe="alibi", pe_options={"slopes": "steep"}), "slopes must be 'standard' or 'paper'"),
+    (dict(pe="rope", pe_options={"slopes": "paper"}), "pe='rope' has no options"),
+    (dict(pe="rope", pe_options=encodings.AlibiOptions()), "pe='rope' has no options"),
+    (dict(pe="xpos", pe_options=encodings.FireOptions()), "must be XPosOptions"),
+    (dict(pe="xpos", pe_options={"gama": 0.3}), "has no field 'gama'; its fields: gamma"),
+    (dict(pe="xpos", pe_options=("gamma", 0.3)), "must be XPosOptions"),
+    (dict(pe="fire", pe_options={"hidden": 0}), "hidden must be an int >= 1"),
+    (dict(pe="xpos", pe_options={"gamma": -1.0}), "gamma must be a finite number > 0"),
+    (dict(pe="xpos", pe_options={"scale_base": float("nan")}), "scale_base must be"),
+    (dict(pe="p_rope", pe_options={"fraction": 1.5}), "fraction must be in"),
+    (dict(pe="cope", pe_options={"positions": 1}), "positions must be an int >= 2"),
     (dict(pe="nope", rope_scaling="pi", rope_scaling_factor=2.0), "needs a rotary PE"),
 ])
 def test_bad_config_raises(kw, msg):
@@ -199,7 +210,8 @@ def test_bad_config_raises(kw, msg):
     (False, None, "standard"), (True, None, "paper"), (False, "paper", "paper"),
     (True, "standard", "standard")])
 def test_alibi_slope_scheme(faithful, override, want):
-  cfg = ModelConfig(**{**TINY, "pe": "alibi", "faithful": faithful, "alibi_slopes": override})
+  cfg = ModelConfig(**{**TINY, "pe": "alibi", "faithful": faithful,
+                       "pe_options": {"slopes": override}})
   model = nnx.merge(*init_model(cfg, jax.random.key(0)))
   slopes = (P.alibi_slopes_paper if want == "paper" else P.alibi_slopes)(cfg.num_heads)
   np.testing.assert_allclose(model.blocks[0].bias(5), P.alibi_bias(5, slopes), atol=1e-7)

@@ -289,7 +289,7 @@ def test_random_positions_equal_scattering_tokens_into_a_padded_sequence(pe):
   padding (masked keys, excluded from the pool) -- computed by the plain model."""
   n, R = 10, 26
   small = dict(vocab_size=23, num_classes=5, d_model=16, num_heads=2, num_layers=2,
-               d_ff=32, dropout=0.0, mla_latent_dim=8, mla_rope_dim=8)
+               d_ff=32, dropout=0.0)  # MLA: latent 8, rotary width 8 (its defaults)
   cfg_r = ModelConfig(pe=pe, max_len=n, random_positions=R, **small)
   cfg_s = ModelConfig(pe=pe, max_len=R, **small)
   graphdef, params = init_model(cfg_r, jax.random.key(0))

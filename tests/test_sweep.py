@@ -257,6 +257,9 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--config.model.d_model=15"], "must be divisible by num_heads"),
     (["--config.model.nosuch=1"], "Unknown command line flag 'config.model.nosuch'"),
     (["--pe=rope", "--alibi_slopes=paper"], "only applies to --pe=alibi"),
+    (["--config.model.pe_options.gamma=0.3"], "pe='rope' has no options"),
+    (["--pe=xpos", "--config.model.pe_options.gamma=-1"], "gamma must be a finite number > 0"),
+    (["--pe=partial_rope", "--config.model.pe_options.heads=2"], "use --rope_heads"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
     # absl's own usage errors exit 2 as well (pe_spectral.cli)
@@ -298,11 +301,12 @@ def test_any_config_field_from_the_command_line(tmp_path):
 def test_config_fields_added_later_with_none_default_still_match():
   from pe_spectral import runner
   old = {"run": {"model": {"pe": "alibi", "d_model": 64}}, "seeds": [0]}
-  new = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": None}}, "seeds": [0]}
+  new = {"run": {"model": {"pe": "alibi", "d_model": 64, "random_positions": None}},
+         "seeds": [0]}
   assert runner.config_diff(old, new) == []
-  changed = {"run": {"model": {"pe": "alibi", "d_model": 64, "alibi_slopes": "paper"}},
+  changed = {"run": {"model": {"pe": "alibi", "d_model": 64, "random_positions": 96}},
              "seeds": [0]}
-  assert runner.config_diff(old, changed) == ["run.model.alibi_slopes: None -> 'paper'"]
+  assert runner.config_diff(old, changed) == ["run.model.random_positions: None -> 96"]
 
 
 def test_seed_group_default_follows_backend():
