@@ -49,7 +49,8 @@ def define_config_flags(flag_values=None) -> None:
     # a field with a short flag (or one that follows from others) is defined
     # too, so that setting it says what to use instead
     help_ = (f"Sets {section}.{name} ({kind}); default: the preset's."
-             if (section, name) in settable else "Not settable here (its short flag sets it).")
+             if (section, name) in settable else
+             f"Not settable here: {config.not_overridable_reason(section, name)}.")
     flags.DEFINE_string(f"config.{section}.{name}", None, help_, flag_values=fv)
 
 

@@ -192,6 +192,11 @@ def config_fields() -> dict:
           for k, (t, opt) in field_types().items()}
 
 
+def not_overridable_reason(section: str, name: str) -> str:
+  """Why ``--config.<section>.<name>`` cannot be set (e.g. "use --epochs")."""
+  return _NOT_OVERRIDABLE.get((section, name), "no such field")
+
+
 def overridable_fields() -> dict:
   """``{(section, field): type text}`` of every field ``--config.*`` sets."""
   return {k: t for k, t in config_fields().items() if k not in _NOT_OVERRIDABLE}
