@@ -169,7 +169,7 @@ def plan_runs():
     raise UsageError(str(e)) from None
   heads = [None]
   takes = lambda pe, flag: encodings.short_option(pe, flag) is not None  # the PE's options
-  for option in ("rope_heads", "alibi_slopes"):
+  for option in encodings.SHORT_FLAGS:
     if getattr(FLAGS, option) is not None and not any(takes(p, option) for p in pes):
       owners = [p for p in encodings.names() if takes(p, option)]
       raise UsageError(f"--{option} only applies to --pe={' or '.join(owners)}")

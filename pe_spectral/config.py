@@ -206,8 +206,6 @@ def parse_override(section: str, name: str, text: str):
   """The typed value of ``--config.<section>.<name>=<text>``; ValueError (one
   line naming the flag) for a field that cannot be set or a bad value."""
   flag = f"--config.{section}.{name}"
-  if section == "model" and name == "pe_options":
-    raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
   if (section, name) in _NOT_OVERRIDABLE:
     raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
   if (section, name) not in overridable_fields():

@@ -62,17 +62,29 @@ KINDS = ("input", "bias", "rotary", "contextual", "factor")
 # ``validate``.
 
 
-def _int_option(owner: str, name: str, value, low: int) -> None:
-  if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
-
-
-def _positive_float(obj, name: str) -> None:
+def _int_field(obj, name: str, low: int, label: str = "") -> None:
+  """Refuses a field of an options dataclass that is not an int >= ``low``
+  (None passes: the field's default is resolved later)."""
   value = getattr(obj, name)
-  if isinstance(value, bool) or not isinstance(value, (int, float)) \
-      or not (math.isfinite(value) and value > 0):
-    raise ValueError(f"{type(obj).__name__}.{name} must be a finite number > 0, got {value!r}")
+  if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                            or value < low):
+    raise ValueError(f"{type(obj).__name__}.{name}{label} must be an int >= {low}, "
+                     f"got {value!r}")
+
+
+def _float_field(obj, name: str, ok: Callable[[float], bool], want: str) -> None:
+  """Refuses a field that is not a real number with ``ok(value)`` (``want``
+  says which); stores it as a float, so equal options hash equal."""
+  value = getattr(obj, name)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+    raise ValueError(f"{type(obj).__name__}.{name} must be {want}, got {value!r}")
   object.__setattr__(obj, name, float(value))
+
+
+def _bool_field(obj, name: str) -> None:
+  value = getattr(obj, name)
+  if value is not None and not isinstance(value, bool):
+    raise ValueError(f"{type(obj).__name__}.{name} must be True, False or None, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +93,7 @@ class PartialRopeOptions:
   heads: int = 1
 
   def __post_init__(self):
-    _int_option("PartialRopeOptions", "heads (--rope_heads)", self.heads, 0)
+    _int_field(self, "heads", 0, " (--rope_heads)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +102,7 @@ class PRopeOptions:
   fraction: float = 0.75
 
   def __post_init__(self):
-    f = self.fraction
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-      raise ValueError(f"PRopeOptions.fraction must be in [0, 1], got {f!r}")
-    object.__setattr__(self, "fraction", float(f))
+    _float_field(self, "fraction", lambda f: 0.0 <= f <= 1.0, "in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +112,8 @@ class XPosOptions:
   scale_base: float = 512.0
 
   def __post_init__(self):
-    _positive_float(self, "gamma")
-    _positive_float(self, "scale_base")
+    for name in ("gamma", "scale_base"):
+      _float_field(self, name, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +135,7 @@ class FireOptions:
   hidden: int = 32
 
   def __post_init__(self):
-    _int_option("FireOptions", "hidden", self.hidden, 1)
+    _int_field(self, "hidden", 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +145,7 @@ class CoPEOptions:
   positions: Optional[int] = None
 
   def __post_init__(self):
-    if self.positions is not None:
-      _int_option("CoPEOptions", "positions", self.positions, 2)
-
-
-def _optional_bool(obj, name: str) -> None:
-  value = getattr(obj, name)
-  if value is not None and not isinstance(value, bool):
-    raise ValueError(f"{type(obj).__name__}.{name} must be True, False or None, got {value!r}")
+    _int_field(self, "positions", 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,13 +164,12 @@ class MLAOptions:
   paper_rotary: Optional[bool] = None
 
   def __post_init__(self):
-    for name in ("latent_dim", "rope_dim"):
-      if getattr(self, name) is not None:
-        _int_option("MLAOptions", name, getattr(self, name), 1)
+    _int_field(self, "latent_dim", 1)
+    _int_field(self, "rope_dim", 1)
     if self.rope_dim is not None and self.rope_dim % 2:
       raise ValueError(f"MLAOptions.rope_dim must be even, got {self.rope_dim}")
-    _optional_bool(self, "shared_rope_query")
-    _optional_bool(self, "paper_rotary")
+    _bool_field(self, "shared_rope_query")
+    _bool_field(self, "paper_rotary")
 
 
 # The sweep's short flags for an option: flag -> (options type, field).

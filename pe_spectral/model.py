@@ -303,7 +303,7 @@ class ModelConfig:
     (``encoding.config_fields``), its options as a nested dict. What
     ``config.json`` records; :meth:`from_dict` rebuilds a config that
     computes the same model."""
-    return recorded_fields(dataclasses.asdict(self))
+    return _scoped(dataclasses.asdict(self))
 
   @classmethod
   def from_dict(cls, d: dict) -> "ModelConfig":
@@ -378,11 +378,16 @@ def recorded_fields(d: dict) -> dict:
   records. A PE's options are recorded in full (every field, the defaults
   that depend on the sizes filled in), so the record says what ran."""
   d = upgrade_record(d)
-  own = set(encodings.get(d["pe"]).config_fields)
-  out = {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
-  if "pe_options" in own:
+  out = _scoped(d)
+  if encodings.get(d["pe"]).options_type is not None:  # in full, as to_dict writes it
     out["pe_options"] = dataclasses.asdict(ModelConfig(**d).pe_options)
   return out
+
+
+def _scoped(d: dict) -> dict:
+  """``d`` without the PE-scoped fields its PE does not read."""
+  own = set(encodings.get(d["pe"]).config_fields)
+  return {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
 
 
 def _drawn(positions) -> bool:
