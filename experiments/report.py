@@ -55,6 +55,7 @@ from pe_spectral.claims import (  # noqa: E402
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
     find, plateau_of)
 from pe_spectral.claims import budget_override as _budget  # noqa: E402
+from pe_spectral.claims import config_variant, variant_label  # noqa: E402
 from pe_spectral.claims import encoding_of as _encoding  # noqa: E402
 from pe_spectral.claims import mode_of as _mode  # noqa: E402
 from pe_spectral.claims import paper_number as _paper  # noqa: E402
@@ -214,7 +215,8 @@ def verdict_section(runs, ceil=None) -> list[str]:
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
     task = "count" if c["id"] in ("b", "d") else "distance"
-    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {c['preset']} | "
+    at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
+    lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {at} | "
                  f"{_chance_ceiling(task, c['preset'], ceil or {})} | {c['paper']} | "
                  f"{evid} | **{c['verdict']}** | {c.get('verdict_test_rule', '—')} |")
   return lines + [""]
@@ -305,25 +307,34 @@ def chance_line(runs, task, ceilings_by_preset) -> str:
   return "Chance and ceiling — " + "; ".join(parts) + "."
 
 
-def curves_figure(runs, task, preset, faithful, path) -> bool:
+def _group(r) -> tuple:
+  """(preset, variant label, faithful): the runs one figure and paired table show."""
+  return r["preset"], _variant(r), r["faithful"]
+
+
+def _variant(r) -> str:
+  return variant_label(config_variant(r))
+
+
+def curves_figure(runs, task, preset, faithful, path, variant="") -> bool:
   from pe_spectral import plotting
-  sel = [r for r in runs if r["task"] == task and r["preset"] == preset
-         and r["faithful"] == faithful and r.get("records")]
+  sel = [r for r in runs if r["task"] == task and _group(r) == (preset, variant, faithful)
+         and r.get("records")]
   if not sel:
     return False
   sel = sorted(sel, key=lambda r: -np.mean(r["test_accuracy"]))
   curves = [{"label": f"{_label(r)} ({_plateau_txt(r)} plateaued)", "records": r["records"]}
             for r in sel]
   plotting.learning_curves(curves, path,
-                           f"{task} / {preset} / {'faithful' if faithful else 'clean'}",
+                           f"{task} / {preset}{', ' + variant if variant else ''} / "
+                           f"{'faithful' if faithful else 'clean'}",
                            paper_examples=PAPER_EXAMPLES[task])
   return True
 
 
-def paired_table(runs, task, preset, faithful) -> list[str]:
+def paired_table(runs, task, preset, faithful, variant="") -> list[str]:
   """Every PE against the best run of its group, paired on shared seeds."""
-  sel = [r for r in runs if r["task"] == task and r["preset"] == preset
-         and r["faithful"] == faithful]
+  sel = [r for r in runs if r["task"] == task and _group(r) == (preset, variant, faithful)]
   if len(sel) < 2:
     return []
   best = max(sel, key=lambda r: np.mean(r["test_accuracy"]))
@@ -776,16 +787,19 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
       continue
     parts += [f"## {title}", "", chance_line(runs, task, ceil), ""]
     parts += study_table(runs, task, ceil) + [""]
-    groups = sorted({(r["preset"], r["faithful"]) for r in runs if r["task"] == task},
+    groups = sorted({_group(r) for r in runs if r["task"] == task},
                     key=lambda g: ({STUDY_PRESET: 0, LONG_PRESET: 1,
                                     DEPOSIT_PRESET: 2}.get(g[0], 3), g))
-    for preset, faithful in groups:
-      fig = os.path.join(figdir, f"curves_{task}_{preset}{'_faithful' if faithful else ''}.png")
-      head = f"### {preset} preset, {'faithful' if faithful else 'clean'}"
+    for preset, variant, faithful in groups:
+      slug = "".join(ch for ch in variant if ch.isalnum() or ch == ".").replace(".", "p")
+      fig = os.path.join(figdir, f"curves_{task}_{preset}{'_' + slug if slug else ''}"
+                                 f"{'_faithful' if faithful else ''}.png")
+      head = (f"### {preset} preset{', ' + variant if variant else ''}, "
+              f"{'faithful' if faithful else 'clean'}")
       parts += [head, ""]
-      if curves_figure(runs, task, preset, faithful, fig):
+      if curves_figure(runs, task, preset, faithful, fig, variant):
         parts += [f"![curves {task} {preset}]({rel(fig)})", ""]
-      pt = paired_table(runs, task, preset, faithful)
+      pt = paired_table(runs, task, preset, faithful, variant)
       if pt:
         parts += pt + [""]
   parts += deposit_section(runs, figdir, outdir)

@@ -44,6 +44,9 @@ class Entry:
   faithful: bool = False
   rope_heads: Optional[int] = None
   paper_ablation: bool = False  # also the paper-style ablation (all data, leak)
+  # --config.<section>.<field>=<value> settings: a registered configuration
+  # beside the preset's (docs/study.md), named by them ("-dropout0")
+  overrides: tuple = ()
 
   @property
   def name(self) -> str:
@@ -52,7 +55,10 @@ class Entry:
       n += f"-k{self.rope_heads}"
     if self.faithful:
       n += "-faithful"
-    return f"{n}-{self.preset}"
+    n = f"{n}-{self.preset}"
+    for field, value in self.overrides:
+      n += "-" + field.rsplit(".", 1)[-1] + value
+    return n
 
   @property
   def key(self) -> str:
@@ -65,6 +71,7 @@ class Entry:
       args.append("--faithful")
     if self.rope_heads is not None:
       args.append(f"--rope_heads={self.rope_heads}")
+    args += [f"--config.{field}={value}" for field, value in self.overrides]
     return args
 
 
@@ -78,6 +85,11 @@ def _entries() -> list[Entry]:
           ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
   out += [E(1, "deposit", "distance", pe, paper_ablation=True) for pe in
           ("rope", "nope", "alibi", "mla")]
+  # Claims (b) and (d) again without dropout (docs/study.md, "Task 2 without
+  # dropout"): the configuration registered after the pilots, judged beside the
+  # study preset's rows. NoPE and RoPE first: both claims need them.
+  out += [E(1, "study", "count", pe, overrides=(("model.dropout", "0"),)) for pe in
+          ("nope", "rope", "mla", "rope_sinusoidal", "sinusoidal")]
   # Claim (g), the thesis study (docs/study.md): the deposit with 8 heads per
   # layer for the multiplicative and additive PEs (rope and alibi are above).
   out += [E(2, "deposit", "distance", pe) for pe in

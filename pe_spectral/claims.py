@@ -15,7 +15,8 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",
            "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
            "combine", "claim_preset", "claims", "run_label",
-           "budget_override", "preset_label", "paper_number", "encoding_of", "mode_of"]
+           "budget_override", "config_variant", "variant_label", "preset_label",
+           "paper_number", "encoding_of", "mode_of", "TASK2_VARIANTS"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -74,8 +75,45 @@ def budget_override(r) -> str:
   return f" (batch {train['batch_size']}, {r.get('steps', '?')} steps)"
 
 
+# Fields that do not make a run another experiment: the PE and mode (its own
+# label), the memory and precision options (the same model, computed leaner),
+# and the sizes that follow from the task.
+_NOT_A_VARIANT = {("model", k) for k in ("pe", "faithful", "pe_options", "attention_block",
+                                          "remat", "dtype", "vocab_size", "num_classes")}
+
+
+def config_variant(r) -> dict:
+  """The model and task fields a run set away from its preset's values
+  (``--config.model.dropout=0`` gives ``{"model.dropout": 0.0}``), read from its
+  ``config.json``; ``{}`` for a plan run or a run without its config. The PE's
+  options are its label's business (:func:`run_label`), the budget
+  :func:`budget_override`'s; the memory options compute the same model."""
+  run = r.get("config", {}).get("run")
+  from pe_spectral import config as configs
+  if not run or "model" not in run or r["preset"] not in configs.PRESET_NAMES:
+    return {}
+  from pe_spectral import model as model_lib
+  from pe_spectral import tasks
+  default = configs.build(r["preset"], r["task"], r["pe"], faithful=r["faithful"])
+  out = {}
+  for sec, want, got in (("model", default.model.to_dict(),
+                          model_lib.recorded_fields({"pe": r["pe"], **run["model"]})),
+                         ("task", default.task.to_dict(), tasks.recorded_fields(run["task"]))):
+    for k in sorted(got):
+      if (sec, k) not in _NOT_A_VARIANT and k in want and got[k] != want[k]:
+        out[f"{sec}.{k}"] = got[k]
+  return out
+
+
+def variant_label(variant: dict) -> str:
+  """``"dropout 0"`` for ``{"model.dropout": 0.0}``; ``""`` for the preset itself."""
+  fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)
+  return ", ".join(f"{k.split('.', 1)[1]} {fmt(v)}" for k, v in sorted(variant.items()))
+
+
 def preset_label(r) -> str:
-  return r["preset"] + budget_override(r)
+  v = variant_label(config_variant(r))
+  return r["preset"] + budget_override(r) + (f", {v}" if v else "")
 
 
 def paper_number(r):
@@ -89,6 +127,10 @@ PAPER_MLA_FACTOR = 1.5
 STUDY_PRESET = "study"
 DEPOSIT_PRESET = "deposit"
 LONG_PRESET = "long"  # the study with 3.3x the budget, for groups that had not converged
+# Task 2 configurations registered beside the study preset's (docs/study.md,
+# "Task 2 without dropout"): claims (b) and (d) are judged on each as well, in
+# clean mode, never replacing the study preset's rows.
+TASK2_VARIANTS = ({"model.dropout": 0.0},)
 # A run counts as converged when at least this fraction of its seeds plateaued
 # (stats.plateau); comparisons with an unconverged run are inconclusive.
 CONVERGED_FRAC = 2.0 / 3.0
@@ -100,8 +142,10 @@ def mode_of(r) -> str:
   return "faithful" if r["faithful"] else "clean"
 
 
-def find(runs, task, pe, *, preset, faithful=False, rope_heads=None):
-  """The run of (task, pe, preset, mode[, rope_heads]) with default settings."""
+def find(runs, task, pe, *, preset, faithful=False, rope_heads=None, variant=None):
+  """The run of (task, pe, preset, mode[, rope_heads]) with the preset's
+  settings, or with exactly the fields of ``variant`` (:func:`config_variant`)
+  set away from them."""
   for r in runs:
     if (r["task"], r["pe"], r["preset"], r["faithful"]) != (task, pe, preset, faithful):
       continue
@@ -109,6 +153,8 @@ def find(runs, task, pe, *, preset, faithful=False, rope_heads=None):
       continue
     if budget_override(r) or run_label(r) != run_label({**r, "config": {}}):
       continue  # overridden budget or slopes: not the plan's run
+    if config_variant(r) != (variant or {}):
+      continue  # another configuration (e.g. the registered dropout-0 Task 2)
     return r
   return None
 
@@ -211,33 +257,10 @@ def claims(runs) -> list[dict]:
                 "paper": "≈ 90 % vs 92.64 %", "rows": rows,
                 "verdict": combine([p["verdict"] for _, p in rows]),
                 "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
-    P3 = claim_preset(runs, T2, ref_pe, faithful)
-    rope2 = find(runs, T2, ref_pe, preset=P3, faithful=faithful)
-    mla_pe, nope_pe = CLAIM_PES["task2"]
-    mla2 = find(runs, T2, mla_pe, preset=P3, faithful=faithful)
-    nope2 = find(runs, T2, nope_pe, preset=P3, faithful=faithful)
-    rows = []
-    if mla2 is not None and nope2 is not None:
-      rows.append((f"{mla_pe} − {nope_pe}", compare(mla2, nope2)))
-    if nope2 is not None and rope2 is not None:
-      rows.append((f"{nope_pe} − {ref_pe}", compare(nope2, rope2)))
-    out.append({"id": "b", "mode": mode, "preset": P3, "claim": "Task 2: MLA > NoPE > RoPE",
-                "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
-                "verdict": combine([p["verdict"] for _, p in rows])
-                if len(rows) == 2 else "not run",
-                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
-                if len(rows) == 2 else "not run"})
-    rows = []
-    for pe in CLAIM_PES["driver"]:
-      r = find(runs, T2, pe, preset=P3, faithful=faithful)
-      if nope2 is not None and r is not None:
-        rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
-    out.append({"id": "d", "mode": mode, "preset": P3,
-                "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
-                "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
-                "verdict": _driver_verdict(rows) if rows else "not run",
-                "verdict_test_rule": _driver_verdict(rows, "converged_test")
-                if rows else "not run"})
+    out += _task2_claims(runs, faithful, claim_preset(runs, T2, ref_pe, faithful))
+    if not faithful:
+      for variant in TASK2_VARIANTS:
+        out += _task2_claims(runs, faithful, STUDY_PRESET, variant)
     dep = {pe: find(runs, T1, pe, preset=DEPOSIT_PRESET, faithful=faithful)
            for pe in (ref_pe, *CLAIM_PES["deposit_absent"], CLAIM_PES["deposit_weaker"])}
     rows = [(pe, deposit_rule(r["ablation"]), r) for pe, r in dep.items()
@@ -249,6 +272,43 @@ def claims(runs) -> list[dict]:
                 "paper": "≈ 60 % drop from one layer-1 head of 'rope'",
                 "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe),
                 "verdict_test_rule": "—"})  # its rule does not use convergence
+  return out
+
+
+def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]:
+  """Claims (b) and (d) on the Task 2 runs of one configuration: ``preset``
+  with the fields of ``variant`` (:func:`config_variant`) set away from it."""
+  T2, mode = "count", "faithful" if faithful else "clean"
+  ref_pe = CLAIM_PES["reference"][faithful]
+  at = dict(preset=preset, faithful=faithful, variant=variant)
+  rope2 = find(runs, T2, ref_pe, **at)
+  mla_pe, nope_pe = CLAIM_PES["task2"]
+  mla2 = find(runs, T2, mla_pe, **at)
+  nope2 = find(runs, T2, nope_pe, **at)
+  label = variant_label(variant or {})
+  common = {"mode": mode, "preset": preset, "variant": label}
+  rows = []
+  if mla2 is not None and nope2 is not None:
+    rows.append((f"{mla_pe} − {nope_pe}", compare(mla2, nope2)))
+  if nope2 is not None and rope2 is not None:
+    rows.append((f"{nope_pe} − {ref_pe}", compare(nope2, rope2)))
+  out = [{"id": "b", **common, "claim": "Task 2: MLA > NoPE > RoPE",
+          "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
+          "verdict": combine([p["verdict"] for _, p in rows])
+          if len(rows) == 2 else "not run",
+          "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
+          if len(rows) == 2 else "not run"}]
+  rows = []
+  for pe in CLAIM_PES["driver"]:
+    r = find(runs, T2, pe, **at)
+    if nope2 is not None and r is not None:
+      rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
+  out.append({"id": "d", **common,
+              "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
+              "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
+              "verdict": _driver_verdict(rows) if rows else "not run",
+              "verdict_test_rule": _driver_verdict(rows, "converged_test")
+              if rows else "not run"})
   return out
 
 

@@ -126,3 +126,61 @@ def test_second_convergence_rule_judges_test_accuracy():
                                      for i, x in enumerate(memorising["records"])])
   assert C.converged_by_test_accuracy(wobble)
   assert not C.converged_by_test_accuracy(_run("nope", 10.0))  # no metrics: not judged
+
+
+def _with_config(r, **model):
+  """``r`` with the config.json its preset gives, the ``model`` fields set."""
+  from pe_spectral import config as configs
+  rc = configs.build(r["preset"], r["task"], r["pe"], faithful=r["faithful"]).to_dict()
+  rc["model"].update(model)
+  return {**r, "config": {"run": rc}}
+
+
+def test_config_variant_names_what_a_run_set_away_from_its_preset():
+  r = _run("rope", 90.0, task="count")
+  assert C.config_variant(r) == {} and C.preset_label(r) == "study"  # no config: the plan's
+  assert C.config_variant(_with_config(r)) == {}
+  v = _with_config(r, dropout=0.0)
+  assert C.config_variant(v) == {"model.dropout": 0.0}
+  assert C.preset_label(v) == "study, dropout 0"
+  # the memory options compute the same model: not another experiment
+  assert C.config_variant(_with_config(r, remat=True, attention_block=16)) == {}
+  two = _with_config(r, dropout=0.25, d_ff=256)
+  assert C.variant_label(C.config_variant(two)) == "d_ff 256, dropout 0.25"
+
+
+def test_every_committed_run_is_its_presets_own():
+  """The committed study runs (old and new config.json formats) read as the
+  plan's runs, so no verdict loses them to a variant."""
+  import glob
+  import json
+  import os
+  root = os.path.join(os.path.dirname(__file__), "..", "results", "runs")
+  paths = sorted(glob.glob(os.path.join(root, "*", "*", "config.json")))
+  assert len(paths) >= 20
+  for p in paths:
+    with open(p) as f:
+      cfg = json.load(f)
+    with open(os.path.join(os.path.dirname(p), "summary.json")) as f:
+      s = json.load(f)
+    r = {"task": s["task"], "pe": s["pe"], "preset": cfg["run"]["preset"],
+         "faithful": s["faithful"], "config": cfg}
+    assert C.config_variant(r) == {}, p
+
+
+def test_task2_claims_are_judged_per_registered_configuration():
+  t2 = dict(task="count")
+  study = [_run("mla", 97.0, **t2), _run("nope", 78.0, seed=1, **t2),
+           _run("rope", 69.0, seed=2, **t2)]
+  drop0 = [_with_config(_run(pe, acc, seed=s, **t2), dropout=0.0)
+           for pe, acc, s in (("mla", 90.0, 3), ("nope", 95.0, 4), ("rope", 99.0, 5))]
+  cl = [c for c in C.claims(study + drop0) if c["id"] == "b" and c["mode"] == "clean"]
+  assert [c["variant"] for c in cl] == ["", "dropout 0"]
+  assert cl[0]["verdict"] == "reproduced"  # the study preset's runs only
+  assert cl[1]["verdict"] == "refuted"     # MLA < NoPE < RoPE without dropout
+  assert cl[1]["rows"][1][1]["mean"] < 0   # nope − rope
+  d = [c for c in C.claims(drop0) if c["id"] == "d" and c["variant"] == "dropout 0"][0]
+  assert d["rows"][0][0] == "nope − rope" and "NoPE worse" in d["verdict"]
+  # nothing at the study preset itself: its rows say so instead of borrowing
+  assert [c["verdict"] for c in C.claims(drop0)
+          if c["id"] == "b" and c["variant"] == "" and c["mode"] == "clean"] == ["not run"]

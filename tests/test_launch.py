@@ -8,7 +8,8 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
-           "launch/lengths_cpu.sh", "launch/thesis_cpu.sh", "launch/gpu_check.sh"]
+           "launch/lengths_cpu.sh", "launch/thesis_cpu.sh", "launch/gpu_check.sh",
+           "launch/task2_cpu.sh"]
 
 
 def _run(*args):
@@ -93,6 +94,7 @@ def test_study_launchers_dry_run():
     ["launch/local.sh", "--dry_run", "--seeds", "0"],
     ["launch/local.sh", "--bogus"],
     ["launch/tpu_vm.sh", "--dry_run", "name"],
+    ["launch/task2_cpu.sh", "--dry_run", "alibi"],
     ["launch/slurm.sbatch", "rope", "8"],  # not inside a SLURM job
 ])
 def test_bad_arguments_fail(args):
@@ -126,3 +128,13 @@ def test_thesis_long_budget_skips_committed_pes():
   assert out.returncode == 0, out.stderr[-2000:]
   assert ("results/thesis-32ep/rope_additive is committed: skipping rope_additive"
           in out.stderr)
+
+
+def test_task2_cpu_runs_the_plans_dropout0_entries():
+  from experiments import study
+  out = _run("launch/task2_cpu.sh", "--dry_run")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  keys = [line.split("--only=")[1].split()[0] for line in lines]
+  assert keys == [e.key for e in study.PLAN if e.overrides]  # the plan's order
+  assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=5") for line in lines)

@@ -49,6 +49,7 @@ def _deposit(seeds, top, second):
 def test_report_verdicts_tables_and_figures(tmp_path):
   runs = str(tmp_path / "runs")
   T1, T2 = "distance", "count"
+  from pe_spectral import config as configs
   _fixture_run(runs, T1, "rope-study", "rope", [0.97, 0.96, 0.98],
                ablation=_ablation(np.full((3, 2, 4), 0.2)))
   _fixture_run(runs, T1, "sinusoidal-study", "sinusoidal", [0.90, 0.91, 0.89])
@@ -63,6 +64,12 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   for pe, acc in (("mla", [0.99, 0.98, 0.99]), ("nope", [0.95, 0.96, 0.95]),
                   ("rope", [0.97, 0.98, 0.97])):
     _fixture_run(runs, T2, f"{pe}-long", pe, acc, preset="long")
+  # Task 2 without dropout (a registered variant): judged in rows of its own
+  for pe, acc in (("mla", [0.99, 0.99, 0.98]), ("nope", [0.97, 0.96, 0.97]),
+                  ("rope", [0.90, 0.91, 0.90])):
+    rc = configs.build("study", T2, pe).to_dict()
+    rc["model"]["dropout"] = 0.0
+    _fixture_run(runs, T2, f"{pe}-study-dropout0", pe, acc, config={"run": rc})
   # deposit preset: RoPE has one dominant early head in 3/3 seeds, the controls not
   _fixture_run(runs, T1, "rope-deposit", "rope", [0.98] * 3, preset="deposit",
                ablation=_deposit(3, 0.30, 0.05))
@@ -122,6 +129,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     if line.startswith("| ("):
       cells = [c.strip() for c in line.split("|")]
       key = (cells[1].split(")")[0][1:], cells[2])
+      if cells[3].endswith("dropout 0"):
+        key += ("dropout 0",)
       verdicts[key], second[key], presets[key] = cells[-3], cells[-2], cells[3]
       assert cells[4].startswith("3.3 / 9" if key[0] in ("a", "a2", "c") else "1.0 / 100.0")
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
@@ -135,6 +144,12 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert verdicts[("c", "clean")] == "**reproduced**"
   assert "rope: 3/3 seeds; nope: 0/3 seeds; alibi: 0/3 seeds; mla: 0/3 seeds" in text
   assert verdicts[("b", "faithful")] == "**not run**"
+  # the dropout-0 configuration: its own rows, from its own runs only
+  assert presets[("b", "clean", "dropout 0")] == "study, dropout 0"
+  assert verdicts[("b", "clean", "dropout 0")] == "**reproduced**"  # MLA > NoPE > RoPE here
+  assert "nope − rope: +6.3 [" in text                             # 96.7 − 90.3
+  assert "| rope | clean | study, dropout 0 | 3 | 90.3 [" in text
+  assert "### study preset, dropout 0, clean" in text
   # the second convergence rule's verdict sits beside each (deposit: its rule has none)
   assert second[("b", "faithful")] == "not run" and second[("c", "clean")] == "—"
   assert second[("a", "clean")] in ("reproduced", "inconclusive", "refuted")
@@ -159,6 +174,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "| rope | 0 | 85.0 [80.0, 90.0] | 40.0 [30.0, 50.0] |" in text
   assert "| rope | 5 | 70.0 [70.0, 70.0] | 20.0 [20.0, 20.0] |" in text
   for f in ("curves_distance_study.png", "curves_count_study.png",
+            "curves_count_study_dropout0.png",
             "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
   # hand-written notes survive a re-render

@@ -81,3 +81,25 @@ def test_list_and_bad_flags(tmp_path):
                          text=True)
     assert res.returncode == 2 and res.stderr.startswith("error:"), (bad, res.stderr)
 
+
+
+def test_registered_configurations_reach_the_sweep_and_the_report():
+  """A plan entry with overrides: its own name, its --config flags, and a
+  config whose variant the report judges at (claims.TASK2_VARIANTS)."""
+  from pe_spectral import claims, config as configs
+  drop0 = [e for e in study.PLAN if e.overrides]
+  assert {e.pe for e in drop0} >= {"nope", "rope", "mla", "rope_sinusoidal", "sinusoidal"}
+  for e in drop0:
+    assert e.key == f"count/{e.pe}-study-dropout0"
+    args = e.sweep_args("R", 5)
+    assert "--config.model.dropout=0" in args and f"--workdir=R/{e.key}" in args
+    over = {}
+    for field, value in e.overrides:
+      sec, name = field.split(".", 1)
+      over.setdefault(sec, {})[name] = configs.parse_override(sec, name, value)
+    rc = configs.build(e.preset, e.task, e.pe, overrides=over)
+    r = {"task": e.task, "pe": e.pe, "preset": e.preset, "faithful": e.faithful,
+         "config": {"run": rc.to_dict()}}
+    assert claims.config_variant(r) in claims.TASK2_VARIANTS
+  # the study preset's own entries stay unnamed by any override
+  assert "count/nope-study" in [e.key for e in study.PLAN if not e.overrides]
