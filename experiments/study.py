@@ -44,9 +44,11 @@ class Entry:
   faithful: bool = False
   rope_heads: Optional[int] = None
   paper_ablation: bool = False  # also the paper-style ablation (all data, leak)
-  # --config.<section>.<field>=<value> settings: a registered configuration
-  # beside the preset's (docs/study.md), named by them ("-dropout0")
+  # A registered configuration beside the preset's (docs/study.md): its
+  # --config.<section>.<field>=<value> settings, and the tag that names it
   overrides: tuple = ()
+  tag: str = ""
+  epochs: Optional[int] = None  # a registered budget other than the preset's
 
   @property
   def name(self) -> str:
@@ -55,10 +57,7 @@ class Entry:
       n += f"-k{self.rope_heads}"
     if self.faithful:
       n += "-faithful"
-    n = f"{n}-{self.preset}"
-    for field, value in self.overrides:
-      n += "-" + field.rsplit(".", 1)[-1] + value
-    return n
+    return f"{n}-{self.preset}" + (f"-{self.tag}" if self.tag else "")
 
   @property
   def key(self) -> str:
@@ -71,6 +70,8 @@ class Entry:
       args.append("--faithful")
     if self.rope_heads is not None:
       args.append(f"--rope_heads={self.rope_heads}")
+    if self.epochs is not None:
+      args.append(f"--epochs={self.epochs}")
     args += [f"--config.{field}={value}" for field, value in self.overrides]
     return args
 
@@ -88,8 +89,13 @@ def _entries() -> list[Entry]:
   # Claims (b) and (d) again without dropout (docs/study.md, "Task 2 without
   # dropout"): the configuration registered after the pilots, judged beside the
   # study preset's rows. NoPE and RoPE first: both claims need them.
-  out += [E(1, "study", "count", pe, overrides=(("model.dropout", "0"),)) for pe in
-          ("nope", "rope", "mla", "rope_sinusoidal", "sinusoidal")]
+  task2 = ("nope", "rope", "mla", "rope_sinusoidal", "sinusoidal")
+  out += [E(1, "long", "count", pe, overrides=(("model.dropout", "0"),), tag="dropout0")
+          for pe in task2]
+  # ... and the CPU-sized one: 80 tokens, counts <= 66, 40 epochs (launch/task2_cpu.sh)
+  out += [E(1, "study", "count", pe, epochs=40, tag="len80-dropout0",
+            overrides=(("model.dropout", "0"), ("task.seq_len", "80"), ("task.max_len", "80"),
+                       ("task.count_max", "66"))) for pe in task2]
   # Claim (g), the thesis study (docs/study.md): the deposit with 8 heads per
   # layer for the multiplicative and additive PEs (rope and alibi are above).
   out += [E(2, "deposit", "distance", pe) for pe in

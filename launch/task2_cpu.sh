@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Claims (b) and (d) without dropout, on the CPU (docs/study.md, "Task 2
-# without dropout"): the registered dropout-0 Task 2 runs of the study plan
-# (study preset, 120 tokens, counts 0-100) with seeds 0-4, one PE after
+# without dropout"): the registered CPU-sized Task 2 runs of the study plan
+# (study preset, 80 tokens, counts 0-66, dropout 0, 40 epochs) with seeds 0-4, one PE after
 # another, at low priority so that other work keeps the cores. Each PE is one
 # `experiments.study` entry: it is skipped when its small files are committed
 # under results/runs/, resumed when its checkpoint is under runs/, then
 # ablated, and its small files are copied to
-# results/runs/count/<pe>-study-dropout0/ (commit them). About 1.6 h per PE on
-# a 2-core CPU; on a GPU, launch/study_gpu.sh runs them with 8 seeds.
+# results/runs/count/<pe>-study-len80-dropout0/ (commit them). About 65 min per
+# PE on a 2-core CPU; on a GPU, launch/study_gpu.sh runs them with 8 seeds.
 #   launch/task2_cpu.sh [--dry_run] [PE ...]
 #       (default: nope rope mla rope_sinusoidal sinusoidal; SEEDS=5, NICE=10)
 set -euo pipefail
@@ -27,5 +27,5 @@ require_positive_int "$SEEDS" "SEEDS"
 PY=${PYTHON:-python3}
 for pe in "${PES[@]}"; do
   run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study \
-    --only="count/${pe}-study-dropout0" --seeds="$SEEDS"
+    --only="count/${pe}-study-len80-dropout0" --seeds="$SEEDS"
 done

@@ -147,6 +147,18 @@ def test_config_variant_names_what_a_run_set_away_from_its_preset():
   assert C.config_variant(_with_config(r, remat=True, attention_block=16)) == {}
   two = _with_config(r, dropout=0.25, d_ff=256)
   assert C.variant_label(C.config_variant(two)) == "d_ff 256, dropout 0.25"
+  # a longer budget and a shorter task are variants too; the label says which
+  longer = _with_config(r, dropout=0.0)
+  longer["config"]["run"]["train"]["epochs"] = 40
+  longer["config"]["run"]["task"]["seq_len"] = 80
+  assert C.config_variant(longer) == {"model.dropout": 0.0, "task.seq_len": 80,
+                                      "train.epochs": 40}
+  assert C.variant_label(C.config_variant(longer)) == "dropout 0, seq_len 80, epochs 40"
+  assert C.preset_label({**longer, "steps": 4360}) == \
+      "study (batch 128, 4360 steps), dropout 0, seq_len 80"
+  assert C.find([longer], "count", "rope", preset="study") is None
+  assert C.find([longer], "count", "rope", preset="study",
+                variant=C.config_variant(longer)) is longer
 
 
 def test_every_committed_run_is_its_presets_own():
@@ -170,17 +182,23 @@ def test_every_committed_run_is_its_presets_own():
 
 def test_task2_claims_are_judged_per_registered_configuration():
   t2 = dict(task="count")
+  (preset, variant), cpu = C.TASK2_CONFIGS
+  assert cpu[0] == "study" and cpu[1]["task.seq_len"] == 80  # the CPU's: rows of its own
+  fields = {k.split(".", 1)[1]: v for k, v in variant.items()}
   study = [_run("mla", 97.0, **t2), _run("nope", 78.0, seed=1, **t2),
            _run("rope", 69.0, seed=2, **t2)]
-  drop0 = [_with_config(_run(pe, acc, seed=s, **t2), dropout=0.0)
+  drop0 = [_with_config(_run(pe, acc, seed=s, preset=preset, **t2), **fields)
            for pe, acc, s in (("mla", 90.0, 3), ("nope", 95.0, 4), ("rope", 99.0, 5))]
   cl = [c for c in C.claims(study + drop0) if c["id"] == "b" and c["mode"] == "clean"]
-  assert [c["variant"] for c in cl] == ["", "dropout 0"]
+  assert [(c["preset"], c["variant"]) for c in cl] == [
+      ("study", ""), (preset, "dropout 0"),
+      ("study", "dropout 0, count_max 66, max_len 80, seq_len 80, epochs 40")]
+  assert cl[2]["verdict"] == "not run"
   assert cl[0]["verdict"] == "reproduced"  # the study preset's runs only
   assert cl[1]["verdict"] == "refuted"     # MLA < NoPE < RoPE without dropout
   assert cl[1]["rows"][1][1]["mean"] < 0   # nope − rope
   d = [c for c in C.claims(drop0) if c["id"] == "d" and c["variant"] == "dropout 0"][0]
   assert d["rows"][0][0] == "nope − rope" and "NoPE worse" in d["verdict"]
-  # nothing at the study preset itself: its rows say so instead of borrowing
+  # the variant runs never stand in for the preset's own: those rows stay unrun
   assert [c["verdict"] for c in C.claims(drop0)
           if c["id"] == "b" and c["variant"] == "" and c["mode"] == "clean"] == ["not run"]

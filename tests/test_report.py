@@ -67,9 +67,10 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   # Task 2 without dropout (a registered variant): judged in rows of its own
   for pe, acc in (("mla", [0.99, 0.99, 0.98]), ("nope", [0.97, 0.96, 0.97]),
                   ("rope", [0.90, 0.91, 0.90])):
-    rc = configs.build("study", T2, pe).to_dict()
+    rc = configs.build("long", T2, pe).to_dict()
     rc["model"]["dropout"] = 0.0
-    _fixture_run(runs, T2, f"{pe}-study-dropout0", pe, acc, config={"run": rc})
+    _fixture_run(runs, T2, f"{pe}-long-dropout0", pe, acc, preset="long",
+                 config={"run": rc})
   # deposit preset: RoPE has one dominant early head in 3/3 seeds, the controls not
   _fixture_run(runs, T1, "rope-deposit", "rope", [0.98] * 3, preset="deposit",
                ablation=_deposit(3, 0.30, 0.05))
@@ -129,8 +130,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     if line.startswith("| ("):
       cells = [c.strip() for c in line.split("|")]
       key = (cells[1].split(")")[0][1:], cells[2])
-      if cells[3].endswith("dropout 0"):
-        key += ("dropout 0",)
+      if ", " in cells[3]:  # a registered configuration beside the preset
+        key += (cells[3].split(", ", 1)[1],)
       verdicts[key], second[key], presets[key] = cells[-3], cells[-2], cells[3]
       assert cells[4].startswith("3.3 / 9" if key[0] in ("a", "a2", "c") else "1.0 / 100.0")
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
@@ -145,11 +146,13 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "rope: 3/3 seeds; nope: 0/3 seeds; alibi: 0/3 seeds; mla: 0/3 seeds" in text
   assert verdicts[("b", "faithful")] == "**not run**"
   # the dropout-0 configuration: its own rows, from its own runs only
-  assert presets[("b", "clean", "dropout 0")] == "study, dropout 0"
+  assert presets[("b", "clean", "dropout 0")] == "long, dropout 0"
+  cpu = "dropout 0, count_max 66, max_len 80, seq_len 80, epochs 40"
+  assert verdicts[("b", "clean", cpu)] == "**not run**"  # no run of that one here
   assert verdicts[("b", "clean", "dropout 0")] == "**reproduced**"  # MLA > NoPE > RoPE here
   assert "nope − rope: +6.3 [" in text                             # 96.7 − 90.3
-  assert "| rope | clean | study, dropout 0 | 3 | 90.3 [" in text
-  assert "### study preset, dropout 0, clean" in text
+  assert "| rope | clean | long, dropout 0 | 3 | 90.3 [" in text
+  assert "### long preset, dropout 0, clean" in text
   # the second convergence rule's verdict sits beside each (deposit: its rule has none)
   assert second[("b", "faithful")] == "not run" and second[("c", "clean")] == "—"
   assert second[("a", "clean")] in ("reproduced", "inconclusive", "refuted")
@@ -174,7 +177,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "| rope | 0 | 85.0 [80.0, 90.0] | 40.0 [30.0, 50.0] |" in text
   assert "| rope | 5 | 70.0 [70.0, 70.0] | 20.0 [20.0, 20.0] |" in text
   for f in ("curves_distance_study.png", "curves_count_study.png",
-            "curves_count_study_dropout0.png",
+            "curves_count_long_dropout0.png",
             "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
   # hand-written notes survive a re-render

@@ -85,21 +85,28 @@ def test_list_and_bad_flags(tmp_path):
 
 def test_registered_configurations_reach_the_sweep_and_the_report():
   """A plan entry with overrides: its own name, its --config flags, and a
-  config whose variant the report judges at (claims.TASK2_VARIANTS)."""
+  config whose (preset, variant) the report judges at (claims.TASK2_CONFIGS)."""
   from pe_spectral import claims, config as configs
-  drop0 = [e for e in study.PLAN if e.overrides]
-  assert {e.pe for e in drop0} >= {"nope", "rope", "mla", "rope_sinusoidal", "sinusoidal"}
-  for e in drop0:
-    assert e.key == f"count/{e.pe}-study-dropout0"
+  registered = [e for e in study.PLAN if e.overrides]
+  assert {e.pe for e in registered} >= {"nope", "rope", "mla", "rope_sinusoidal", "sinusoidal"}
+  judged = set()
+  for e in registered:
+    assert e.tag and e.key == f"{e.task}/{e.pe}-{e.preset}-{e.tag}"
     args = e.sweep_args("R", 5)
-    assert "--config.model.dropout=0" in args and f"--workdir=R/{e.key}" in args
+    assert f"--workdir=R/{e.key}" in args
     over = {}
     for field, value in e.overrides:
+      assert f"--config.{field}={value}" in args
       sec, name = field.split(".", 1)
       over.setdefault(sec, {})[name] = configs.parse_override(sec, name, value)
-    rc = configs.build(e.preset, e.task, e.pe, overrides=over)
+    rc = configs.build(e.preset, e.task, e.pe, epochs=e.epochs, overrides=over)
+    if e.epochs is not None:
+      assert f"--epochs={e.epochs}" in args
     r = {"task": e.task, "pe": e.pe, "preset": e.preset, "faithful": e.faithful,
          "config": {"run": rc.to_dict()}}
-    assert claims.config_variant(r) in claims.TASK2_VARIANTS
-  # the study preset's own entries stay unnamed by any override
-  assert "count/nope-study" in [e.key for e in study.PLAN if not e.overrides]
+    config = (e.preset, claims.config_variant(r))
+    assert config in claims.TASK2_CONFIGS, config
+    judged.add(claims.variant_label(config[1]) + "@" + e.preset)
+  assert len(judged) == len(claims.TASK2_CONFIGS)  # every registered configuration is planned
+  # the preset's own entries stay untagged
+  assert "count/nope-long" in [e.key for e in study.PLAN if not e.overrides]
