@@ -170,20 +170,51 @@ def ceilings_section(ceil: dict) -> list[str]:
 # Examples one model sees in the paper's code (PROTOCOL §3): 70,000 training
 # sentences x 100 epochs for Task 1, 35,000 x 100 for Task 2; its MLA script
 # trains 150 epochs.
-def chance_and_ceiling(task, preset, ceil):
+def _task_fields(variant) -> dict:
+  """The task generator's fields a configuration variant sets."""
+  return {k.split(".", 1)[1]: v for k, v in (variant or {}).items() if k.startswith("task.")}
+
+
+def chance_and_ceiling(task, preset, ceil, variant=None):
   """``(classes, chance %, ceiling % or None, permutation-invariant ceiling % or
-  None)`` of a preset's data (Task 1 ceilings from ``ceil``, Task 2: 100 %)."""
+  None)`` of a preset's data, with a variant's task fields (Task 1 ceilings from
+  ``ceil``, computed on the presets' own data; Task 2: 100 %)."""
   from pe_spectral import config as configs
-  n = configs.task_config(preset, task).num_labels
+  fields = _task_fields(variant)
+  t = configs.task_config(preset, task)
+  n = (t.replace(**fields) if fields else t).num_labels
   if task == "count":
     return n, 100 / n, 100.0, None
-  c = ceil.get(preset)
+  c = None if fields else ceil.get(preset)
   return n, 100 / n, (c[0] if c else None), (c[2] if c else None)
 
 
-def _chance_ceiling(task, preset, ceil) -> str:
-  _, chance, top, _ = chance_and_ceiling(task, preset, ceil)
+def _chance_ceiling(task, preset, ceil, variant=None) -> str:
+  _, chance, top, _ = chance_and_ceiling(task, preset, ceil, variant)
   return f"{chance:.1f} / " + ("?" if top is None else f"{top:.1f}")
+
+
+def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
+  """``(preset, task variant, label)`` for each distinct dataset the runs of
+  ``task`` trained on; presets with the same data share one label
+  (``"long, study"``), a variant's fields follow (``"study, seq_len 80"``)."""
+  from pe_spectral import config as configs
+  groups: dict = {}
+  for r in runs:
+    if r["task"] != task:
+      continue
+    v = {f"task.{k}": val for k, val in _task_fields(config_variant(r)).items()}
+    t = configs.task_config(r["preset"], task)
+    key = json.dumps((t.replace(**_task_fields(v)) if v else t).to_dict(), sort_keys=True)
+    groups.setdefault(key, {}).setdefault(r["preset"], v)
+  out = []
+  for key in sorted(groups, key=lambda k: sorted(groups[k])):
+    presets = groups[key]
+    first = sorted(presets)[0]
+    v = presets[first]
+    label = ", ".join(sorted(presets)) + (f", {variant_label(v)}" if v else "")
+    out.append((first, v, label))
+  return out
 
 
 def verdict_section(runs, ceil=None) -> list[str]:
@@ -217,7 +248,8 @@ def verdict_section(runs, ceil=None) -> list[str]:
     task = "count" if c["id"] in ("b", "d") else "distance"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
     lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {at} | "
-                 f"{_chance_ceiling(task, c['preset'], ceil or {})} | {c['paper']} | "
+                 f"{_chance_ceiling(task, c['preset'], ceil or {}, c.get('variant_fields'))} | "
+                 f"{c['paper']} | "
                  f"{evid} | **{c['verdict']}** | {c.get('verdict_test_rule', '—')} |")
   return lines + [""]
 
@@ -272,19 +304,10 @@ def study_table(runs, task, ceil=None) -> list[str]:
 
 
 def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
-  """(label, accuracy %) for chance and the ceilings of the presets' data."""
-  from pe_spectral import config as configs
-  rows, seen = [], set()
-  for p in sorted({r["preset"] for r in runs if r["task"] == task}):
-    t = configs.task_config(p, task)
-    key = json.dumps(t.to_dict(), sort_keys=True)
-    if key in seen:
-      continue  # presets with the same data share their reference rows
-    seen.add(key)
-    names = ", ".join(q for q in sorted({r["preset"] for r in runs if r["task"] == task})
-                      if json.dumps(configs.task_config(q, task).to_dict(),
-                                    sort_keys=True) == key)
-    _, chance, top, perm = chance_and_ceiling(task, p, ceil)
+  """(label, accuracy %) for chance and the ceilings of each dataset the runs used."""
+  rows = []
+  for preset, variant, names in _data_configs(runs, task):
+    _, chance, top, perm = chance_and_ceiling(task, preset, ceil, variant)
     rows.append((f"chance ({names})", chance))
     if task == "count":
       rows.append((f"ceiling ({names})", top))
@@ -296,9 +319,9 @@ def reference_rows(runs, task, ceil) -> list[tuple[str, float]]:
 
 def chance_line(runs, task, ceilings_by_preset) -> str:
   parts = []
-  for p in sorted({r["preset"] for r in runs if r["task"] == task}):
-    n, chance, top, perm = chance_and_ceiling(task, p, ceilings_by_preset)
-    txt = f"{p}: chance {chance:.1f} % ({n} classes)"
+  for preset, variant, names in _data_configs(runs, task):
+    n, chance, top, perm = chance_and_ceiling(task, preset, ceilings_by_preset, variant)
+    txt = f"{names}: chance {chance:.1f} % ({n} classes)"
     if task == "count":
       txt += ", ceiling 100 % (the label is a function of the sentence)"
     elif top is not None:
@@ -791,7 +814,8 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
                     key=lambda g: ({STUDY_PRESET: 0, LONG_PRESET: 1,
                                     DEPOSIT_PRESET: 2}.get(g[0], 3), g))
     for preset, variant, faithful in groups:
-      slug = "".join(ch for ch in variant if ch.isalnum() or ch == ".").replace(".", "p")
+      slug = "".join(ch for ch in variant.replace(", ", "_").replace(" ", "")
+                     if ch.isalnum() or ch in "_.").replace(".", "p")
       fig = os.path.join(figdir, f"curves_{task}_{preset}{'_' + slug if slug else ''}"
                                  f"{'_faithful' if faithful else ''}.png")
       head = (f"### {preset} preset{', ' + variant if variant else ''}, "

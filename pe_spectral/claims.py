@@ -302,7 +302,7 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]
   mla2 = find(runs, T2, mla_pe, **at)
   nope2 = find(runs, T2, nope_pe, **at)
   label = variant_label(variant or {})
-  common = {"mode": mode, "preset": preset, "variant": label}
+  common = {"mode": mode, "preset": preset, "variant": label, "variant_fields": variant or {}}
   rows = []
   if mla2 is not None and nope2 is not None:
     rows.append((f"{mla_pe} − {nope_pe}", compare(mla2, nope2)))

@@ -71,6 +71,11 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     rc["model"]["dropout"] = 0.0
     _fixture_run(runs, T2, f"{pe}-long-dropout0", pe, acc, preset="long",
                  config={"run": rc})
+  # ... and one run of the CPU's: 80 tokens, 67 classes, its own chance row
+  rc = configs.build("study", T2, "nope", epochs=40, overrides={
+      "model": {"dropout": 0.0}, "task": {"seq_len": 80, "max_len": 80, "count_max": 66}})
+  _fixture_run(runs, T2, "nope-study-len80-dropout0", "nope", [0.76, 0.75, 0.77],
+               config={"run": rc.to_dict()})
   # deposit preset: RoPE has one dominant early head in 3/3 seeds, the controls not
   _fixture_run(runs, T1, "rope-deposit", "rope", [0.98] * 3, preset="deposit",
                ablation=_deposit(3, 0.30, 0.05))
@@ -133,7 +138,9 @@ def test_report_verdicts_tables_and_figures(tmp_path):
       if ", " in cells[3]:  # a registered configuration beside the preset
         key += (cells[3].split(", ", 1)[1],)
       verdicts[key], second[key], presets[key] = cells[-3], cells[-2], cells[3]
-      assert cells[4].startswith("3.3 / 9" if key[0] in ("a", "a2", "c") else "1.0 / 100.0")
+      chance = {"a": "3.3 / 9", "a2": "3.3 / 9", "c": "3.3 / 9"}.get(
+          key[0], "1.5 / 100.0" if "count_max 66" in cells[3] else "1.0 / 100.0")
+      assert cells[4].startswith(chance), (key, cells[4])  # 67 classes at 80 tokens
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
   assert verdicts[("a", "clean")] == "**inconclusive**"
   assert "rope − sinusoidal: +7.0" in text and "rope − nope: +87.7" in text
@@ -148,7 +155,9 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   # the dropout-0 configuration: its own rows, from its own runs only
   assert presets[("b", "clean", "dropout 0")] == "long, dropout 0"
   cpu = "dropout 0, count_max 66, max_len 80, seq_len 80, epochs 40"
-  assert verdicts[("b", "clean", cpu)] == "**not run**"  # no run of that one here
+  assert verdicts[("b", "clean", cpu)] == "**not run**"  # NoPE alone cannot judge it
+  assert "| *chance (study, count_max 66, max_len 80, seq_len 80)* | | | | 1.5 |" in text
+  assert "| *chance (long, study)* | | | | 1.0 |" in text  # the 120-token data, shared
   assert verdicts[("b", "clean", "dropout 0")] == "**reproduced**"  # MLA > NoPE > RoPE here
   assert "nope − rope: +6.3 [" in text                             # 96.7 − 90.3
   assert "| rope | clean | long, dropout 0 | 3 | 90.3 [" in text
