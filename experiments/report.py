@@ -203,9 +203,10 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
   for r in runs:
     if r["task"] != task:
       continue
-    v = {f"task.{k}": val for k, val in _task_fields(config_variant(r)).items()}
+    fields = _task_fields(config_variant(r))
+    v = {f"task.{k}": val for k, val in fields.items()}
     t = configs.task_config(r["preset"], task)
-    key = json.dumps((t.replace(**_task_fields(v)) if v else t).to_dict(), sort_keys=True)
+    key = json.dumps((t.replace(**fields) if fields else t).to_dict(), sort_keys=True)
     groups.setdefault(key, {}).setdefault(r["preset"], v)
   out = []
   for key in sorted(groups, key=lambda k: sorted(groups[k])):

@@ -64,15 +64,10 @@ def run_label(r) -> str:
 
 def budget_override(r) -> str:
   """`` (batch B, N steps)`` when a run overrode its preset's training budget, else ``""``."""
-  from pe_spectral import config as configs
-  train = r.get("config", {}).get("run", {}).get("train")
-  if not train or r["preset"] not in configs.PRESET_NAMES:
+  v = config_variant(r)  # the training fields it set away from the preset, among others
+  if not any(f"train.{k}" in v for k in ("batch_size", "epochs", "steps", "learning_rate")):
     return ""
-  default = configs.train_settings(r["preset"], r["pe"], r["faithful"])
-  keys = ("batch_size", "epochs", "steps", "learning_rate")
-  if all(train.get(k) == default.get(k) for k in keys):
-    return ""
-  return f" (batch {train['batch_size']}, {r.get('steps', '?')} steps)"
+  return f" (batch {r['config']['run']['train']['batch_size']}, {r.get('steps', '?')} steps)"
 
 
 # Fields that do not make a run another experiment: the PE and mode (its own
