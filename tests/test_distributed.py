@@ -27,7 +27,11 @@ def test_two_processes_match_one(sweep_reference, tmp_path):
        "--num_processes=2", f"--process_id={i}"],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
       for i in range(2)]
-  outs = [p.communicate(timeout=600) for p in procs]
+  try:  # one process waiting on a dead peer would wait forever: bound both
+    outs = [p.communicate(timeout=600) for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
   if any(p.returncode != 0 for p in procs):
     err = outs[0][1] + outs[1][1]
     if "collectives" in err.lower() or "not supported" in err.lower():

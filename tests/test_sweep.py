@@ -71,30 +71,41 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
 
 
 def _background_sweep(wd, *, steps, eval_every):
-  """A one-seed smoke sweep running in the background, stderr piped (to signal)."""
-  return subprocess.Popen(
+  """A one-seed smoke sweep running in the background, stderr piped (to signal),
+  and the list its stderr lines are read into by a daemon thread: every wait
+  on it is bounded, so a child that never exits fails the test, never hangs it."""
+  import threading
+  proc = subprocess.Popen(
       [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
        f"--steps={steps}", f"--eval_every={eval_every}", f"--workdir={wd}"],
       stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  lines = []
+  reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+  reader.start()
+  return proc, lines, reader
+
+
+def _wait_for(lines, text, deadline):
+  import time
+  while not any(text in line for line in lines) and time.time() < deadline:
+    time.sleep(0.05)
 
 
 def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
   """Ctrl-C finishes the current evaluation and its checkpoint, then exits 130
   with one line naming the step to resume from; no traceback."""
   import re
+  import time
   wd = str(tmp_path / "ctrl-c")
-  proc = _background_sweep(wd, steps=600, eval_every=6)
-  lines = []
+  proc, lines, reader = _background_sweep(wd, steps=600, eval_every=6)
   try:
-    for line in proc.stderr:
-      lines.append(line)
-      if "step 6/600" in line:
-        proc.send_signal(signal.SIGINT)
-        break
-    err = "".join(lines) + proc.stderr.read()
+    _wait_for(lines, "step 6/600", time.time() + 300)
+    proc.send_signal(signal.SIGINT)
     rc = proc.wait(timeout=120)
+    reader.join(timeout=10)
   finally:
     proc.kill()
+  err = "".join(lines)
   assert rc == 130, err[-2000:]
   m = re.search(r"interrupted at step (\d+), checkpoint saved", err)
   assert m and "Traceback" not in err, err[-2000:]
@@ -106,20 +117,14 @@ def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
   """The first Ctrl-C is answered while the chunk still runs (before the next
   progress line), saying when the run will stop; a second one stops at once,
   keeping the last saved checkpoint."""
-  import threading
   import time
   wd = str(tmp_path / "ctrl-c-twice")
-  proc = _background_sweep(wd, steps=4000, eval_every=400)
-  lines = []
-  reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-  reader.start()
+  proc, lines, reader = _background_sweep(wd, steps=4000, eval_every=400)
   try:
     deadline = time.time() + 300
-    while not any("step 400/4000" in line for line in lines) and time.time() < deadline:
-      time.sleep(0.05)
+    _wait_for(lines, "step 400/4000", deadline)
     proc.send_signal(signal.SIGINT)
-    while not any("Ctrl-C: stopping" in line for line in lines) and time.time() < deadline:
-      time.sleep(0.05)
+    _wait_for(lines, "Ctrl-C: stopping", deadline)
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(timeout=120)
     reader.join(timeout=10)
