@@ -309,16 +309,18 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]
           if len(rows) == 2 else "not run",
           "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
           if len(rows) == 2 else "not run"}]
-  rows = []
+  rows, missing = [], []
   for pe in CLAIM_PES["driver"]:
     r = find(runs, T2, pe, **at)
     if nope2 is not None and r is not None:
       rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
+    else:
+      missing.append(f"{nope_pe} − {pe}")
   out.append({"id": "d", **common,
               "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
               "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
-              "verdict": _driver_verdict(rows) if rows else "not run",
-              "verdict_test_rule": _driver_verdict(rows, "converged_test")
+              "verdict": _driver_verdict(rows, missing=missing) if rows else "not run",
+              "verdict_test_rule": _driver_verdict(rows, "converged_test", missing)
               if rows else "not run"})
   return out
 
@@ -327,7 +329,9 @@ def _frac_txt(f) -> str:
   return "≥ 2/3" if abs(f - 2 / 3) < 1e-9 else f"≥ {f:.2f}"
 
 
-def _driver_verdict(rows, key: str = "converged") -> str:
+def _driver_verdict(rows, key: str = "converged", missing=()) -> str:
+  """Each comparison's own statement; those not run yet (``missing``) are
+  named last, so a partial row never reads as complete."""
   parts = []
   for name, p in rows:
     if not p[key]:
@@ -338,6 +342,7 @@ def _driver_verdict(rows, key: str = "converged") -> str:
       parts.append(f"{name}: NoPE worse")
     else:
       parts.append(f"{name}: no difference shown")
+  parts += [f"{name}: not run" for name in missing]
   if any("not converged" in t for t in parts):
     return "inconclusive (" + "; ".join(parts) + ")"
   return "; ".join(parts)

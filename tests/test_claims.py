@@ -200,6 +200,9 @@ def test_task2_claims_are_judged_per_registered_configuration():
   assert cl[1]["rows"][1][1]["mean"] < 0   # nope − rope
   d = [c for c in C.claims(drop0) if c["id"] == "d" and c["variant"] == "dropout 0"][0]
   assert d["rows"][0][0] == "nope − rope" and "NoPE worse" in d["verdict"]
+  # the comparisons not run yet are named, so the partial row does not read as whole
+  assert d["verdict"].endswith("nope − rope_sinusoidal: not run; nope − sinusoidal: not run")
+  assert "nope − rope_sinusoidal: not run; nope − sinusoidal: not run" in d["verdict_test_rule"]
   # the variant runs never stand in for the preset's own: those rows stay unrun
   assert [c["verdict"] for c in C.claims(drop0)
           if c["id"] == "b" and c["variant"] == "" and c["mode"] == "clean"] == ["not run"]

@@ -166,7 +166,9 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert second[("b", "faithful")] == "not run" and second[("c", "clean")] == "—"
   assert second[("a", "clean")] in ("reproduced", "inconclusive", "refuted")
   d = [line for line in text.splitlines() if line.startswith("| (d)") and "clean" in line][0]
-  assert "nope − rope: NoPE worse" in d and "sinusoidal" not in d  # long runs only
+  assert "nope − rope: NoPE worse" in d  # long runs only: the study's are not compared
+  assert "nope − rope_sinusoidal: not run; nope − sinusoidal: not run" in d
+  assert "nope − sinusoidal: +" not in d and "nope − sinusoidal: -" not in d
   # per-task table: bootstrap CI inside the data, plateau count, budget vs the paper
   # rope's curve is acc at evals >= 3 (examples 3000..) -> 90 % first at 3 k
   assert ("| rope | clean | study | 3 | 97.0 [96.0, 98.0] | 97.0 96.0 98.0 | 3/3 | 3 k; 3/3 | "
