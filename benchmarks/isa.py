@@ -22,6 +22,8 @@ import time
 
 from absl import app, flags
 
+from pe_spectral.xla_config import isa_env
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("isas", ["native", "AVX2"],
                   "ISAs to compare: native (no cap) or an --xla_cpu_max_isa value "
@@ -32,17 +34,6 @@ flags.DEFINE_string("out", "benchmarks/out/isa.json", "JSON output.")
 
 _KNOWN = ("SSE4_2", "AVX", "AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AMX")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def isa_env(isa: str, base=None) -> dict:
-  """``base`` (default: this process's environment) with XLA capped at ``isa``."""
-  env = dict(os.environ if base is None else base)
-  flags_ = env.get("XLA_FLAGS", "").split()
-  flags_ = [f for f in flags_ if not f.startswith("--xla_cpu_max_isa=")]
-  if isa != "native":
-    flags_.append(f"--xla_cpu_max_isa={isa}")
-  env["XLA_FLAGS"] = " ".join(flags_)
-  return env
 
 
 def _train(isa, steps, log):

@@ -38,3 +38,18 @@ def tune_cpu() -> bool:
   if "xla_cpu_experimental_ynn_fusion_type" not in flags:
     os.environ["XLA_FLAGS"] = (flags + " " + _YNN_OFF).strip()
   return True
+
+
+def isa_env(isa: str, base=None) -> dict:
+  """A copy of ``base`` (default: ``os.environ``) whose ``XLA_FLAGS`` caps XLA's
+  CPU code generation at ``isa`` (``--xla_cpu_max_isa``: SSE4_2, AVX, AVX2,
+  AVX512, ...), replacing any earlier cap; ``"native"`` removes the cap. For a
+  subprocess: XLA reads the flags once, when its CPU backend starts
+  (benchmarks/isa.py emulates a CPU without AVX-512 with it)."""
+  env = dict(os.environ if base is None else base)
+  flags = [f for f in env.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_cpu_max_isa=")]
+  if isa != "native":
+    flags.append(f"--xla_cpu_max_isa={isa}")
+  env["XLA_FLAGS"] = " ".join(flags)
+  return env

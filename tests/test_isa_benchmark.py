@@ -1,6 +1,7 @@
-"""benchmarks/isa.py: its XLA cap replaces any earlier one and keeps the other
-flags, and it reaches XLA's code generation (the machine code of a fused
-kernel, compiled in a subprocess, loses the AVX-512-only registers)."""
+"""benchmarks/isa.py's XLA cap (xla_config.isa_env): it replaces any earlier
+cap and keeps the other flags, and it reaches XLA's code generation (the
+machine code of a fused kernel, compiled in a subprocess, loses the
+AVX-512-only registers)."""
 import glob
 import os
 import re
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from benchmarks.isa import isa_env
+from pe_spectral.xla_config import isa_env
 
 
 def test_isa_env_sets_one_cap_and_keeps_the_rest():
