@@ -58,6 +58,7 @@ def _suite(isa, log):
   cache = tempfile.mkdtemp(prefix=f"isa-cache-{isa}-")  # cold, as on a fresh machine
   env = isa_env(isa)
   env["PE_SPECTRAL_TEST_JAX_CACHE"] = cache
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # would take precedence (tests/conftest.py)
   log(f"[{isa}] python -m pytest -q (compilation cache {cache}, empty)")
   t = time.time()
   res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
