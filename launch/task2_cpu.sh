@@ -6,7 +6,7 @@
 # `experiments.study` entry: it is skipped when its small files are committed
 # under results/runs/, resumed when its checkpoint is under runs/, then
 # ablated, and its small files are copied to
-# results/runs/count/<pe>-study-len80-dropout0/ (commit them). About 65 min per
+# results/runs/count/<pe>-study-len80-dropout0/ (commit them). About 65-75 min per
 # PE on a 2-core CPU; on a GPU, launch/study_gpu.sh runs them with 8 seeds.
 #   launch/task2_cpu.sh [--dry_run] [PE ...]
 #       (default: nope rope mla rope_sinusoidal sinusoidal; SEEDS=5, NICE=10)
