@@ -1,9 +1,12 @@
 """End-to-end tests of ``python -m experiments.sweep`` (smoke preset, subprocesses)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import jax
 import pytest
@@ -74,7 +77,6 @@ def _background_sweep(wd, *, steps, eval_every):
   """A one-seed smoke sweep running in the background, stderr piped (to signal),
   and the list its stderr lines are read into by a daemon thread: every wait
   on it is bounded, so a child that never exits fails the test, never hangs it."""
-  import threading
   proc = subprocess.Popen(
       [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
        f"--steps={steps}", f"--eval_every={eval_every}", f"--workdir={wd}"],
@@ -86,7 +88,6 @@ def _background_sweep(wd, *, steps, eval_every):
 
 
 def _wait_for(lines, text, deadline):
-  import time
   while not any(text in line for line in lines) and time.time() < deadline:
     time.sleep(0.05)
 
@@ -94,8 +95,6 @@ def _wait_for(lines, text, deadline):
 def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
   """Ctrl-C finishes the current evaluation and its checkpoint, then exits 130
   with one line naming the step to resume from; no traceback."""
-  import re
-  import time
   wd = str(tmp_path / "ctrl-c")
   proc, lines, reader = _background_sweep(wd, steps=600, eval_every=6)
   try:
@@ -117,7 +116,6 @@ def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
   """The first Ctrl-C is answered while the chunk still runs (before the next
   progress line), saying when the run will stop; a second one stops at once,
   keeping the last saved checkpoint."""
-  import time
   wd = str(tmp_path / "ctrl-c-twice")
   proc, lines, reader = _background_sweep(wd, steps=4000, eval_every=400)
   try:
