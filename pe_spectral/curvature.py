@@ -104,10 +104,13 @@ def lanczos(matvec: Callable, dim: int, num_iters: int, key: jax.Array,
   return alphas, betas[:m - 1], basis
 
 
+def _tridiagonal(alphas, betas):
+  return jnp.diag(alphas) + jnp.diag(betas, 1) + jnp.diag(betas, -1)
+
+
 def _ritz_values(alphas, betas):
   """Eigenvalues of the tridiagonal ``T`` (ascending)."""
-  t = jnp.diag(alphas) + jnp.diag(betas, 1) + jnp.diag(betas, -1)
-  return jnp.linalg.eigvalsh(t)
+  return jnp.linalg.eigvalsh(_tridiagonal(alphas, betas))
 
 
 def _check_k(k, num_iters):
@@ -126,12 +129,15 @@ def top_hessian_eigs(loss_fn: Callable, params, *, k: int = 1, num_iters: int = 
   steps resolve the top few of a 10⁵-parameter model well; with
   ``num_iters >= P`` the result is exact).
   """
+  return _ritz_values(*_top_lanczos(loss_fn, params, k, num_iters, key))[::-1][:k]
+
+
+def _top_lanczos(loss_fn, params, k, num_iters, key):
   _check_k(k, num_iters)
   matvec, dim, dtype = _flat_operator(loss_fn, params)
   if k > dim:
     raise ValueError(f"k={k} exceeds the {dim} parameters")
-  alphas, betas, _ = lanczos(matvec, dim, num_iters, key, dtype)
-  return _ritz_values(alphas, betas)[::-1][:k]
+  return lanczos(matvec, dim, num_iters, key, dtype)[:2]
 
 
 def hutchinson_trace(loss_fn: Callable, params, *, num_samples: int = 8,
@@ -156,11 +162,15 @@ def preconditioned_sharpness(loss_fn: Callable, params, precond, *,
   ``P⁻¹ H`` is similar to the symmetric ``P^{-1/2} H P^{-1/2}``, whose top
   eigenvalue Lanczos finds (the same spectrum).
   """
+  return _ritz_values(*_preconditioned_lanczos(loss_fn, params, precond, num_iters,
+                                              key))[-1]
+
+
+def _preconditioned_lanczos(loss_fn, params, precond, num_iters, key):
   _check_k(1, num_iters)
   scale = jax.tree.map(lambda p: jax.lax.rsqrt(p), precond)
   matvec, dim, dtype = _flat_operator(loss_fn, params, scale)
-  alphas, betas, _ = lanczos(matvec, dim, num_iters, key, dtype)
-  return _ritz_values(alphas, betas)[-1]
+  return lanczos(matvec, dim, num_iters, key, dtype)[:2]
 
 
 def _adam_state(opt_state):
@@ -197,16 +207,24 @@ def curvature_summary(loss_fn: Callable, params, opt_state, *, b1: float, b2: fl
   ``top_eigs [k]``, ``trace`` (Hutchinson) and its ``trace_se`` (only when
   ``trace_samples > 0``),
   ``precond_sharpness`` (Adam, None if ``precondition`` is False) and
-  ``grad_norm``."""
+  ``grad_norm``.
+
+  Both Lanczos runs' tridiagonals go through one batched ``eigvalsh``: two
+  LAPACK calls side by side in one XLA:CPU program can deadlock its thread
+  pool on a 2-core machine (``decompose.summarize`` explains)."""
   k1, k2, k3 = jax.random.split(key, 3)
-  out = {"top_eigs": top_hessian_eigs(loss_fn, params, k=k, num_iters=num_iters, key=k1)}
+  tris = [_tridiagonal(*_top_lanczos(loss_fn, params, k, num_iters, k1))]
+  out = {}
   if trace_samples:
     out["trace"], out["trace_se"] = hutchinson_trace(loss_fn, params,
                                                      num_samples=trace_samples, key=k2)
   if precondition:
     p = adam_preconditioner(opt_state, b1=b1, b2=b2, eps=eps)
-    out["precond_sharpness"] = preconditioned_sharpness(loss_fn, params, p,
-                                                        num_iters=num_iters, key=k3)
+    tris.append(_tridiagonal(*_preconditioned_lanczos(loss_fn, params, p, num_iters, k3)))
+  ritz = jnp.linalg.eigvalsh(jnp.stack(tris))  # [1 or 2, m], ascending
+  out["top_eigs"] = ritz[0][::-1][:k]
+  if precondition:
+    out["precond_sharpness"] = ritz[1][-1]
   grads = jax.tree.leaves(jax.grad(loss_fn)(params))
   out["grad_norm"] = jnp.sqrt(sum(jnp.vdot(g, g).real for g in grads))
   return out

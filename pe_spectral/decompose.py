@@ -17,7 +17,7 @@ For a checkpoint and a batch of real inputs, per seed, layer and head:
 * **decay form** (a PE with a ``logit_factor``: ``alibi_multiplicative``):
   ``L = (q k^T/sqrt d) ∘ ρ^{|i-j|} + B``; its counterpart ``L_θ0`` is the same
   logits with ``ρ = 1``;
-* spectral measures: singular values of the row-centred logits, spectrum of
+* spectral measures: the largest singular value of the row-centred logits, spectrum of
   the symmetric part, spread, stable rank, Toeplitz defect, the
   contraction ratio spread(S(L)) / spread(S(L_θ0)) per head (multiplicative
   PEs: the rotation or decay against none) and the widening ratio
@@ -107,24 +107,29 @@ def _layer_summary(graphdef, params, ids, layer: int):
   t = layer_terms(graphdef, params, ids, layer)
   mask = ids != PAD_ID
   m2 = (mask[:, None, :, None] & mask[:, None, None, :])  # [b, 1, n, n]
-  # One batched eigh / svd over all matrices (many small LAPACK calls
-  # side by side were seen to stall XLA:CPU's thread pool).
+  # ONE LAPACK call per compiled program (XLA:CPU deadlock, see summarize):
+  # the symmetric parts' spectra and the row-centred logits' squared singular
+  # values (the eigenvalues of the Gram C Cᵀ) in one batched eigvalsh.
   mats = jnp.stack([t["logits"], t["logits_theta0"], t["B"],
                     t["logits"] - t["B"]])                      # [4, b, h, n, n]
   masked = jnp.where(m2, mats, 0.0)
-  eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))        # [4, b, h, n]
+  centred = S.row_center(mats[:2], m2)                       # [2, b, h, n, n]
+  gram = centred @ jnp.swapaxes(centred, -1, -2)
+  eig_all = jnp.linalg.eigvalsh(jnp.concatenate([S.symmetric_part(masked), gram]))
+  eig = eig_all[:4]                                          # [4, b, h, n]
   spread = S.spectral_spread(eig)                            # [4, b, h]
-  centred = S.row_center(mats[:2], m2)
-  sv = jnp.linalg.svd(centred, compute_uv=False)             # [2, b, h, n]
-  meas = {"singular_values": sv[0], "sym_eigs": eig[0], "spread": spread[0],
-          "stable_rank": (sv[0] ** 2).sum(-1) / jnp.maximum(sv[0, ..., 0] ** 2, 1e-30),
+  # σ_max² = λ_max(C Cᵀ) to float32 relative precision; ‖C‖_F² exactly.
+  sv_max = jnp.sqrt(jnp.maximum(eig_all[4:, ..., -1], 0.0))  # [2, b, h]
+  frob2 = (centred ** 2).sum((-2, -1))
+  meas = {"sv_max": sv_max[0], "sym_eigs": eig[0], "spread": spread[0],
+          "stable_rank": frob2[0] / jnp.maximum(sv_max[0] ** 2, 1e-30),
           "toeplitz_defect": S.toeplitz_defect(masked[0])}
   additive_sum = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
   scale = jnp.abs(t["logits_theta0"]).max() + 1e-30
   res = {
       "measures": meas,
       "contraction_ratio": spread[0] / jnp.maximum(spread[1], 1e-30),
-      "norm_ratio": sv[0, ..., 0] / jnp.maximum(sv[1, ..., 0], 1e-30),
+      "norm_ratio": sv_max[0] / jnp.maximum(sv_max[1], 1e-30),
       "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
       # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
       "bias_spread": spread[2],
@@ -151,8 +156,24 @@ def summarize(graphdef, params, ids, num_layers: int) -> list[dict]:
   Each entry holds ``[seeds, batch, heads]`` measures, the contraction ratio
   RoPE-vs-θ=0 (1 for non-rotary models), term norms and the residuals of the
   two exact identities (``additive_residual``, ``hadamard_residual``).
+
+  Each compiled call holds one LAPACK call (a batched ``eigvalsh``) and the
+  next layer's call starts only when the last one is done. jaxlib 0.10's
+  batched LAPACK kernels split their batch over XLA:CPU's intra-op thread
+  pool from inside a pool thread and block until it is done; two such calls
+  running at once on a 2-core machine (pool of 2) each hold a thread and wait
+  for work only the other could run: a deadlock with every thread idle. It
+  was seen with ``eigvalsh`` beside ``svd`` in this program (at XLA -O0, as
+  the tests compile, after 43-339 programs; benchmarks/lapack_deadlock.py);
+  two programs in flight at once would pose the same risk.
   """
-  return [_summary_all_seeds(graphdef, params, ids, l) for l in range(num_layers)]
+  from pe_spectral import devices
+  out = []
+  for l in range(num_layers):
+    out.append(_summary_all_seeds(graphdef, params, ids, l))
+    # one LAPACK call in flight (see above); the wait polls: Ctrl-C answers
+    devices.wait_ready(out[-1])
+  return out
 
 
 def decompose(graphdef, params, ids, layer: int) -> dict:

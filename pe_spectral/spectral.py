@@ -664,8 +664,15 @@ def hadamard_contraction_ratio(a, c):
   """``spread(A∘C) / spread(A)`` for a Hermitian content matrix ``a`` and a
   positional matrix ``c`` (both ``[..., n, n]``; e.g. ``a`` a Gram ``Q Kᵀ``
   made Hermitian and ``c`` RoPE's phases or the KMS decay). In ``[0, 1]`` when
-  ``c`` is a correlation matrix, i.e. PSD with unit diagonal (Thm 4)."""
-  return contraction_ratio(jnp.linalg.eigvalsh(a * c), jnp.linalg.eigvalsh(a))
+  ``c`` is a correlation matrix, i.e. PSD with unit diagonal (Thm 4).
+
+  Both spectra come from one batched ``eigvalsh``: two LAPACK calls side by
+  side in one XLA:CPU program can deadlock its thread pool on a 2-core
+  machine (``pe_spectral.decompose.summarize`` explains)."""
+  ac = jnp.asarray(a) * jnp.asarray(c)
+  both = jnp.stack([ac, jnp.broadcast_to(jnp.asarray(a), ac.shape).astype(ac.dtype)])
+  eigs = jnp.linalg.eigvalsh(both)
+  return contraction_ratio(eigs[0], eigs[1])
 
 
 def majorization_gap(x, y):
