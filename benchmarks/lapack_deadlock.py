@@ -1,0 +1,166 @@
+r"""Reproduces the XLA:CPU deadlock that two LAPACK calls in one program cause.
+
+  python -m benchmarks.lapack_deadlock [--iters=1000] [--stall_s=20] [--workdirs=A,B]
+
+jaxlib 0.10's batched LAPACK kernels split their batch over XLA:CPU's
+intra-op thread pool from inside a pool thread and block until it is done.
+Two of them side by side in one program (here ``eigvalsh`` beside ``svd``)
+can each take one of a 2-core machine's two pool threads and wait for work
+only the other could run: every thread idle, for ever.
+
+Each variant runs in its own subprocess, at XLA ``-O0`` as the test suite
+compiles (where it was caught): the decomposition of one layer of a trained
+sweep's checkpoint (2 seeds, 8 test examples), each layer of each workdir in
+turn, one program at a time, with fresh examples each time; a wait longer
+than ``--stall_s`` counts as a deadlock and ends that subprocess. It is a
+race: it needs both calls to start together on the pool's threads, so it
+depends on the program's whole shape (a cut-down program of the same two
+calls, or untrained models, did not deadlock in 300-400 programs here).
+Variants:
+
+* ``two_calls``: the summary's measures as the project computed them before:
+  ``eigvalsh`` of the symmetric parts beside ``svd`` of the row-centred logits;
+* ``one_call``: :func:`pe_spectral.decompose._layer_summary` now, one batched
+  ``eigvalsh`` for both.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from pe_spectral import xla_config
+
+xla_config.tune_cpu()  # the flags every entry point and the test suite run with
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("iters", 1000, "Programs run per variant.")
+flags.DEFINE_float("stall_s", 20.0, "A wait this long counts as a deadlock.")
+flags.DEFINE_string("variant", None, "Internal: run one variant in this process.")
+flags.DEFINE_string("workdirs", None, "Comma list of trained sweep workdirs to decompose "
+                    "(default: a 6-step smoke sweep of the PEs below, trained first into "
+                    "a temporary folder, about 90 s).")
+
+VARIANTS = ("two_calls", "one_call")
+# One PE per code path of the end-to-end test where the deadlock was caught.
+PES = ("fire", "cope", "p_rope", "alibi_multiplicative")
+
+
+def _child(variant: str, iters: int, stall_s: float, workdirs) -> int:
+  import jax
+  import jax.numpy as jnp
+  from pe_spectral import decompose as D, spectral as S
+  from pe_spectral.model import PAD_ID
+
+  # decompose._layer_summary as it was up to 2026-12-02 (eigvalsh beside svd)
+  def two_calls(graphdef, params, ids, layer):
+    t = D.layer_terms(graphdef, params, ids, layer)
+    mask = ids != PAD_ID
+    m2 = (mask[:, None, :, None] & mask[:, None, None, :])  # [b, 1, n, n]
+    # One batched eigh / svd over all matrices (many small LAPACK calls
+    # side by side were seen to stall XLA:CPU's thread pool).
+    mats = jnp.stack([t["logits"], t["logits_theta0"], t["B"],
+                      t["logits"] - t["B"]])                      # [4, b, h, n, n]
+    masked = jnp.where(m2, mats, 0.0)
+    eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))        # [4, b, h, n]
+    spread = S.spectral_spread(eig)                            # [4, b, h]
+    centred = S.row_center(mats[:2], m2)
+    sv = jnp.linalg.svd(centred, compute_uv=False)             # [2, b, h, n]
+    meas = {"singular_values": sv[0], "sym_eigs": eig[0], "spread": spread[0],
+            "stable_rank": (sv[0] ** 2).sum(-1) / jnp.maximum(sv[0, ..., 0] ** 2, 1e-30),
+            "toeplitz_defect": S.toeplitz_defect(masked[0])}
+    additive_sum = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
+    scale = jnp.abs(t["logits_theta0"]).max() + 1e-30
+    res = {
+        "measures": meas,
+        "contraction_ratio": spread[0] / jnp.maximum(spread[1], 1e-30),
+        "norm_ratio": sv[0, ..., 0] / jnp.maximum(sv[1, ..., 0], 1e-30),
+        "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
+        # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
+        "bias_spread": spread[2],
+        "without_bias_spread": spread[3],
+        "widening_ratio": spread[0] / jnp.maximum(spread[3], 1e-30),
+        "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
+                       for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B", "mla_content",
+                                 "mla_rotary") if k in t},
+    }
+    if "hadamard" in t:
+      res["hadamard_residual"] = jnp.abs(t["hadamard"] - t["logits"]).max() / (
+          jnp.abs(t["logits"]).max() + 1e-30)
+    return res
+
+  from pe_spectral import runner
+  body = {"two_calls": two_calls, "one_call": D._layer_summary}[variant]
+  programs = []
+  for wd in workdirs:
+    _, rc, steps, states, data, _, _ = runner.load_run(wd)
+    for layer in range(rc.model.num_layers):
+      programs.append((jax.jit(jax.vmap(
+          lambda p, ids, g=steps.graphdef, l=layer: body(g, p, ids, l), in_axes=(0, None))),
+          states["params"], data.test_ids))
+  t0 = time.time()
+  for i in range(iters):
+    fn, params, test_ids = programs[i % len(programs)]
+    off = (8 * i) % (test_ids.shape[0] - 8)
+    ids = test_ids[off:off + 8]
+    out = fn(params, ids)
+    start = time.time()
+    for leaf in jax.tree.leaves(out):
+      while not leaf.is_ready():
+        time.sleep(1e-3)
+        if time.time() - start > stall_s:
+          print(f"{variant}: DEADLOCK at program {i + 1} (no result after {stall_s:.0f} s)",
+                flush=True)
+          os._exit(3)
+  print(f"{variant}: {iters} programs, no deadlock ({time.time() - t0:.1f} s)", flush=True)
+  return 0
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.iters < 1 or FLAGS.stall_s <= 0:
+    raise app.UsageError("--iters must be >= 1 and --stall_s > 0")
+  if FLAGS.variant is not None:
+    if FLAGS.variant not in VARIANTS:
+      raise app.UsageError(f"--variant must be one of {VARIANTS}")
+    return _child(FLAGS.variant, FLAGS.iters, FLAGS.stall_s, FLAGS.workdirs.split(","))
+  import tempfile
+  tmp = None
+  if FLAGS.workdirs is None:
+    tmp = tempfile.mkdtemp(prefix="lapack-deadlock-")
+    print(f"training a 6-step smoke sweep of {','.join(PES)} in {tmp} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "experiments.sweep", f"--pe={','.join(PES)}",
+                    "--preset=smoke", "--seeds=2", "--steps=6", "--eval_every=6"],
+                   cwd=tmp, check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    FLAGS.workdirs = ",".join(os.path.join(tmp, "runs", "distance", f"{pe}-smoke")
+                              for pe in PES)
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+  print(f"{os.cpu_count()} CPUs; jax {__import__('jax').__version__}; "
+        f"XLA_FLAGS={env['XLA_FLAGS']!r}", flush=True)
+  for v in VARIANTS:
+    budget = FLAGS.iters * 2.0 + FLAGS.stall_s + 120
+    try:
+      out = subprocess.run([sys.executable, "-m", "benchmarks.lapack_deadlock",
+                            f"--variant={v}", f"--iters={FLAGS.iters}",
+                            f"--stall_s={FLAGS.stall_s}",
+                            f"--workdirs={FLAGS.workdirs}"], env=env, text=True,
+                           capture_output=True, timeout=budget)
+      lines = [l for l in out.stdout.splitlines() if l.startswith(v)]
+      print(lines[-1] if lines else f"{v}: exit {out.returncode}\n{out.stderr[-2000:]}",
+            flush=True)
+    except subprocess.TimeoutExpired:
+      print(f"{v}: still running after {budget:.0f} s (slow machine?)", flush=True)
+  if tmp is not None:
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)
