@@ -18,16 +18,19 @@ depends on the program's whole shape (a cut-down program of the same two
 calls, or untrained models, did not deadlock in 300-400 programs here).
 Variants:
 
-* ``two_calls``: the summary's measures as the project computed them before:
-  ``eigvalsh`` of the symmetric parts beside ``svd`` of the row-centred logits;
-* ``one_call``: :func:`pe_spectral.decompose._layer_summary` now, one batched
-  ``eigvalsh`` for both.
+* ``two_calls``: :func:`pe_spectral.decompose._layer_summary` with the
+  decomposition it used before: ``eigvalsh`` of the symmetric parts beside
+  ``svd`` of the row-centred logits;
+* ``one_call``: the same summary as it is now (``decompose._spectra``: one
+  batched ``eigvalsh`` for both).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from pe_spectral import xla_config
@@ -47,59 +50,27 @@ flags.DEFINE_string("workdirs", None, "Comma list of trained sweep workdirs to d
 VARIANTS = ("two_calls", "one_call")
 # One PE per code path of the end-to-end test where the deadlock was caught.
 PES = ("fire", "cope", "p_rope", "alibi_multiplicative")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _child(variant: str, iters: int, stall_s: float, workdirs) -> int:
   import jax
   import jax.numpy as jnp
-  from pe_spectral import decompose as D, spectral as S
-  from pe_spectral.model import PAD_ID
+  from pe_spectral import decompose as D, runner, spectral as S
 
-  # decompose._layer_summary as it was up to 2026-12-02 (eigvalsh beside svd)
-  def two_calls(graphdef, params, ids, layer):
-    t = D.layer_terms(graphdef, params, ids, layer)
-    mask = ids != PAD_ID
-    m2 = (mask[:, None, :, None] & mask[:, None, None, :])  # [b, 1, n, n]
-    # One batched eigh / svd over all matrices (many small LAPACK calls
-    # side by side were seen to stall XLA:CPU's thread pool).
-    mats = jnp.stack([t["logits"], t["logits_theta0"], t["B"],
-                      t["logits"] - t["B"]])                      # [4, b, h, n, n]
-    masked = jnp.where(m2, mats, 0.0)
-    eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))        # [4, b, h, n]
-    spread = S.spectral_spread(eig)                            # [4, b, h]
-    centred = S.row_center(mats[:2], m2)
-    sv = jnp.linalg.svd(centred, compute_uv=False)             # [2, b, h, n]
-    meas = {"singular_values": sv[0], "sym_eigs": eig[0], "spread": spread[0],
-            "stable_rank": (sv[0] ** 2).sum(-1) / jnp.maximum(sv[0, ..., 0] ** 2, 1e-30),
-            "toeplitz_defect": S.toeplitz_defect(masked[0])}
-    additive_sum = t["G_cc"] + t["G_cp"] + t["G_pc"] + t["G_pp"] + t["B"]
-    scale = jnp.abs(t["logits_theta0"]).max() + 1e-30
-    res = {
-        "measures": meas,
-        "contraction_ratio": spread[0] / jnp.maximum(spread[1], 1e-30),
-        "norm_ratio": sv[0, ..., 0] / jnp.maximum(sv[1, ..., 0], 1e-30),
-        "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
-        # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
-        "bias_spread": spread[2],
-        "without_bias_spread": spread[3],
-        "widening_ratio": spread[0] / jnp.maximum(spread[3], 1e-30),
-        "term_norms": {k: jnp.linalg.norm(t[k], axis=(-2, -1))
-                       for k in ("G_cc", "G_cp", "G_pc", "G_pp", "B", "mla_content",
-                                 "mla_rotary") if k in t},
-    }
-    if "hadamard" in t:
-      res["hadamard_residual"] = jnp.abs(t["hadamard"] - t["logits"]).max() / (
-          jnp.abs(t["logits"]).max() + 1e-30)
-    return res
+  def two_calls(masked, centred):  # the decomposition decompose used up to 2026-12-02
+    eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))
+    sv = jnp.linalg.svd(centred, compute_uv=False)
+    return eig, sv[..., 0], (sv ** 2).sum(-1)
 
-  from pe_spectral import runner
-  body = {"two_calls": two_calls, "one_call": D._layer_summary}[variant]
+  spectra = {"two_calls": two_calls, "one_call": D._spectra}[variant]
   programs = []
   for wd in workdirs:
     _, rc, steps, states, data, _, _ = runner.load_run(wd)
     for layer in range(rc.model.num_layers):
       programs.append((jax.jit(jax.vmap(
-          lambda p, ids, g=steps.graphdef, l=layer: body(g, p, ids, l), in_axes=(0, None))),
+          lambda p, ids, g=steps.graphdef, l=layer: D._layer_summary(g, p, ids, l, spectra),
+          in_axes=(0, None))),
           states["params"], data.test_ids))
   t0 = time.time()
   for i in range(iters):
@@ -128,7 +99,6 @@ def main(argv):
     if FLAGS.variant not in VARIANTS:
       raise app.UsageError(f"--variant must be one of {VARIANTS}")
     return _child(FLAGS.variant, FLAGS.iters, FLAGS.stall_s, FLAGS.workdirs.split(","))
-  import tempfile
   tmp = None
   if FLAGS.workdirs is None:
     tmp = tempfile.mkdtemp(prefix="lapack-deadlock-")
@@ -136,12 +106,13 @@ def main(argv):
     subprocess.run([sys.executable, "-m", "experiments.sweep", f"--pe={','.join(PES)}",
                     "--preset=smoke", "--seeds=2", "--steps=6", "--eval_every=6"],
                    cwd=tmp, check=True, capture_output=True,
-                   env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                   env=dict(os.environ, PYTHONPATH=_ROOT))
     FLAGS.workdirs = ",".join(os.path.join(tmp, "runs", "distance", f"{pe}-smoke")
                               for pe in PES)
   env = dict(os.environ)
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
-  print(f"{os.cpu_count()} CPUs; jax {__import__('jax').__version__}; "
+  import jax
+  print(f"{os.cpu_count()} CPUs; jax {jax.__version__}; "
         f"XLA_FLAGS={env['XLA_FLAGS']!r}", flush=True)
   for v in VARIANTS:
     budget = FLAGS.iters * 2.0 + FLAGS.stall_s + 120
@@ -149,7 +120,7 @@ def main(argv):
       out = subprocess.run([sys.executable, "-m", "benchmarks.lapack_deadlock",
                             f"--variant={v}", f"--iters={FLAGS.iters}",
                             f"--stall_s={FLAGS.stall_s}",
-                            f"--workdirs={FLAGS.workdirs}"], env=env, text=True,
+                            f"--workdirs={FLAGS.workdirs}"], env=env, cwd=_ROOT, text=True,
                            capture_output=True, timeout=budget)
       lines = [l for l in out.stdout.splitlines() if l.startswith(v)]
       print(lines[-1] if lines else f"{v}: exit {out.returncode}\n{out.stderr[-2000:]}",
@@ -157,7 +128,6 @@ def main(argv):
     except subprocess.TimeoutExpired:
       print(f"{v}: still running after {budget:.0f} s (slow machine?)", flush=True)
   if tmp is not None:
-    import shutil
     shutil.rmtree(tmp, ignore_errors=True)
   return 0
 

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral import spectral as S
+from pe_spectral import devices, spectral as S
 from pe_spectral.model import PAD_ID
 
 __all__ = ["layer_terms", "decompose", "summarize"]
@@ -103,24 +103,31 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   return out
 
 
-def _layer_summary(graphdef, params, ids, layer: int):
+def _spectra(masked, centred):
+  """``(eigs [4, ..., n], sv_max [2, ...], frob2 [2, ...])``: the spectra of
+  the symmetric parts of ``masked``, and the largest singular value and the
+  squared Frobenius norm of ``centred``, with ONE batched LAPACK call (XLA:CPU
+  deadlock, see :func:`summarize`): σ² are the eigenvalues of the Gram C Cᵀ,
+  so σ_max² = λ_max(C Cᵀ) to float32 relative precision; ‖C‖_F² is exact."""
+  gram = centred @ jnp.swapaxes(centred, -1, -2)
+  eig_all = jnp.linalg.eigvalsh(jnp.concatenate([S.symmetric_part(masked), gram]))
+  return (eig_all[:4], jnp.sqrt(jnp.maximum(eig_all[4:, ..., -1], 0.0)),
+          (centred ** 2).sum((-2, -1)))
+
+
+def _layer_summary(graphdef, params, ids, layer: int, spectra=_spectra):
+  """One seed's summary of one layer; ``spectra`` is :func:`_spectra`'s
+  decomposition (benchmarks/lapack_deadlock.py swaps in the two-call one it
+  replaced)."""
   t = layer_terms(graphdef, params, ids, layer)
   mask = ids != PAD_ID
   m2 = (mask[:, None, :, None] & mask[:, None, None, :])  # [b, 1, n, n]
-  # ONE LAPACK call per compiled program (XLA:CPU deadlock, see summarize):
-  # the symmetric parts' spectra and the row-centred logits' squared singular
-  # values (the eigenvalues of the Gram C Cᵀ) in one batched eigvalsh.
   mats = jnp.stack([t["logits"], t["logits_theta0"], t["B"],
                     t["logits"] - t["B"]])                      # [4, b, h, n, n]
   masked = jnp.where(m2, mats, 0.0)
   centred = S.row_center(mats[:2], m2)                       # [2, b, h, n, n]
-  gram = centred @ jnp.swapaxes(centred, -1, -2)
-  eig_all = jnp.linalg.eigvalsh(jnp.concatenate([S.symmetric_part(masked), gram]))
-  eig = eig_all[:4]                                          # [4, b, h, n]
+  eig, sv_max, frob2 = spectra(masked, centred)    # [4, b, h, n], [2, b, h], [2, b, h]
   spread = S.spectral_spread(eig)                            # [4, b, h]
-  # σ_max² = λ_max(C Cᵀ) to float32 relative precision; ‖C‖_F² exactly.
-  sv_max = jnp.sqrt(jnp.maximum(eig_all[4:, ..., -1], 0.0))  # [2, b, h]
-  frob2 = (centred ** 2).sum((-2, -1))
   meas = {"sv_max": sv_max[0], "sym_eigs": eig[0], "spread": spread[0],
           "stable_rank": frob2[0] / jnp.maximum(sv_max[0] ** 2, 1e-30),
           "toeplitz_defect": S.toeplitz_defect(masked[0])}
@@ -167,7 +174,6 @@ def summarize(graphdef, params, ids, num_layers: int) -> list[dict]:
   the tests compile, after 43-339 programs; benchmarks/lapack_deadlock.py);
   two programs in flight at once would pose the same risk.
   """
-  from pe_spectral import devices
   out = []
   for l in range(num_layers):
     out.append(_summary_all_seeds(graphdef, params, ids, l))
