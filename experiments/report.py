@@ -49,6 +49,9 @@ flags.DEFINE_list("thesis", [os.path.join("results", "thesis"),
                   "Directories of the coupling study's <pe>/ runs, one per budget "
                   "(launch/thesis_cpu.sh [--long|--longer]); each pair is judged at its longest "
                   "budget (docs/study.md).")
+flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
+                  "Directories of the coupling study's Task 2 runs (launch/thesis_cpu.sh "
+                  "--count; docs/study.md, fourth amendment), judged on their own.")
 
 from pe_spectral.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
@@ -642,8 +645,10 @@ def _floor_txt(floor: float) -> str:
   return f" (above loss {floor:g})" if floor else ""
 
 
-def thesis_claims(truns: dict, runs=()) -> list[dict]:
-  """The verdict-table rows of (e), (f), (f2), (g)."""
+def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
+  """The verdict-table rows ``(id, claim, evidence, verdict)`` of (e), (f),
+  (f2) on one configuration's judged runs, and (g) unless ``with_g`` is off
+  (it has its own runs, the same for every configuration)."""
   from pe_spectral import thesis
   rows = []
   e = thesis.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
@@ -667,6 +672,8 @@ def thesis_claims(truns: dict, runs=()) -> list[dict]:
          (f"converged: {', '.join(f2['pes']) or 'none'}" if "pes" in f2 else "—"))
   rows.append(("f2", "Dose-response: early coupling ratio vs examples to threshold, "
                "Spearman > 0", f2v, f2["verdict"]))
+  if not with_g:
+    return rows
   g = claim_g_of(runs)
   fr = ", ".join(f"{pe} {100 * f:.0f} %" for pe, f in g["fractions"].items())
   gv = (f"pooled multiplicative − additive {100 * g['diff']:+.0f} [{100 * g['lo']:+.0f}, "
@@ -702,10 +709,19 @@ def _thesis_table(truns: dict) -> list[str]:
   return lines
 
 
+# The Task 2 configuration of the 2x2 design (docs/study.md, fourth amendment).
+THESIS_TASK2 = "Task 2 (counting, 48 tokens, counts 0–40), dropout 0"
+
+
 def thesis_section(truns: dict, figdir: str, outdir: str,
-                   superseded: Sequence[dict] = ()) -> list[str]:
+                   superseded: Sequence[dict] = (), *, task: str = "Task 1",
+                   slug: str = "", heading: bool = True) -> list[str]:
+  """The 2x2 design's section for one configuration (``task`` names it in the
+  text, ``slug`` in the figure names); ``heading`` off for a second
+  configuration, which gets a sub-heading instead."""
   from pe_spectral import plotting
-  lines = ["## Spectral contraction and optimisation", ""]
+  lines = (["## Spectral contraction and optimisation", ""] if heading
+           else [f"### The 2×2 design on {task}", ""])
   if not truns:
     return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
@@ -713,7 +729,7 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
       "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
       "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
       "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
-      f"Task 1, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
+      f"{task}, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
       "coupling ratio is "
       "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
       "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
@@ -724,15 +740,17 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
               "judged at the longest budget at which both of its members are committed "
               "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
   os.makedirs(figdir, exist_ok=True)
-  paths = {k: os.path.join(figdir, f"thesis_{k}.png")
+  paths = {k: os.path.join(figdir, f"thesis_{slug + '_' if slug else ''}{k}.png")
            for k in ("curves", "ratio", "sharpness", "scatter")}
   plotting.thesis_figures(truns, paths)
   lines += ["", f"![test accuracy]({rel(paths['curves'])})", "",
             f"![coupling ratio over training]({rel(paths['ratio'])})", "",
             f"![sharpness over training]({rel(paths['sharpness'])})", "",
             f"![examples to threshold vs early ratio]({rel(paths['scatter'])})", ""]
-  lines += frequency_lines([truns, *superseded], figdir, rel)
-  lines += ["Verdicts (e), (f), (f2), (g) are in the verdict table at the top.", ""]
+  if heading:
+    lines += frequency_lines([truns, *superseded], figdir, rel)
+  lines += [f"Verdicts (e), (f), (f2){', (g)' if heading else ''} "
+            f"{'' if heading else 'on ' + task + ' '}are in the verdict table at the top.", ""]
   return lines
 
 
@@ -777,8 +795,27 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
   return lines
 
 
+def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
+                 label: str = "", with_g: bool = True) -> list[str]:
+  """Verdict-table lines of the 2x2 design on one configuration."""
+  out = []
+  for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g):
+    at = (f"{_thesis_budget(truns)}{', ' + label if label else ''}" if cid != "g"
+          else DEPOSIT_PRESET + " (8 seeds)")
+    # The cpu preset's Task 1 data are the study's (same TaskConfig), whose
+    # ceiling `ceil` holds; Task 2's ceiling is 100 % at any preset.
+    t, preset = ("distance", DEPOSIT_PRESET) if cid == "g" else (
+        (task, STUDY_PRESET) if task == "distance"
+        else (task, next(iter(truns.values()))["summary"]["preset"]))
+    paper = ("the paper: contraction stabilises and speeds training" if cid != "g"
+             else "ICLR version")
+    out.append(f"| ({cid}) {claim} | clean | {at} | {_chance_ceiling(t, preset, ceil)} | "
+               f"{paper} | {ev} | **{v}** |")
+  return out
+
+
 def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
-           thesis_superseded=()) -> str:
+           thesis_superseded=(), thesis_count=None, thesis_count_superseded=()) -> str:
   from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
@@ -792,13 +829,13 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
   parts += verdict_section(runs, ceil)
   truns = {} if thesis_runs is None else thesis_runs
+  tcount = thesis_count or {}
   if truns:
-    parts = parts[:-1] + [
-        f"| ({cid}) {claim} | clean | "
-        f"{_thesis_budget(truns) if cid != 'g' else DEPOSIT_PRESET + ' (8 seeds)'} | "
-        f"{_chance_ceiling('distance', STUDY_PRESET if cid != 'g' else DEPOSIT_PRESET, ceil)} | "
-        f"{'the paper: contraction stabilises and speeds training' if cid != 'g' else 'ICLR version'} | "
-        f"{ev} | **{v}** |" for cid, claim, ev, v in thesis_claims(truns, runs)] + [""]
+    rows = _thesis_rows(truns, runs, ceil)
+    if tcount:
+      rows += _thesis_rows(tcount, runs, ceil, task="count", label=THESIS_TASK2,
+                           with_g=False)
+    parts = parts[:-1] + rows + [""]
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
             .replace("train_accuracy", "a seed has plateaued when its train accuracy stays")
@@ -830,6 +867,9 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   parts += deposit_section(runs, figdir, outdir)
   parts += lengths_section(list(lengths), figdir, outdir)
   parts += thesis_section(truns, figdir, outdir, thesis_superseded)
+  if truns and tcount:
+    parts += thesis_section(tcount, figdir, outdir, thesis_count_superseded,
+                            task=THESIS_TASK2, slug="count", heading=False)
   parts += spectra_section(runs)
   if ceil:
     parts += ["## Task 1 ceilings", "",
@@ -851,7 +891,8 @@ def main(argv):
           file=sys.stderr)
     return 2
   text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
-                load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis))
+                load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis),
+                *load_thesis_budgets(FLAGS.thesis_count))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

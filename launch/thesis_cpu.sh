@@ -11,28 +11,45 @@
 # amendment in docs/study.md), in runs/thesis-32ep/ and results/thesis-32ep/.
 # --longer: 64 epochs, seeds 0-4 (the third amendment), in runs/thesis-64ep/
 # and results/thesis-64ep/.
-#   launch/thesis_cpu.sh [--long|--longer] [PE ...]   (default: the four, rotary
-#                          pair first; with --long/--longer: rope_additive rope)
+# --count: the four PEs on Task 2 (counting, 48 tokens, dropout 0; the fourth
+# amendment), 24 epochs, seeds 0-4, in runs/thesis-count/ and
+# results/thesis-count/.
+#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--count] [PE ...]   (default: the four,
+#       rotary pair first; with --long/--longer: rope_additive rope; with --count:
+#       alibi_multiplicative alibi rope_additive rope)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=launch/common.sh
+. launch/common.sh
+if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 long=""
+count=""
 case "${1:-}" in
   --long) long=32; shift ;;
   --longer) long=64; shift ;;
+  --count) count=1; shift ;;
 esac
 PES=("$@")
 if [[ ${#PES[@]} -eq 0 ]]; then
-  if [[ -n "$long" ]]; then PES=(rope_additive rope); else PES=(rope_additive rope alibi_multiplicative alibi); fi
+  if [[ -n "$count" ]]; then PES=(alibi_multiplicative alibi rope_additive rope)
+  elif [[ -n "$long" ]]; then PES=(rope_additive rope)
+  else PES=(rope_additive rope alibi_multiplicative alibi); fi
 fi
 name=thesis
 [[ -z "$long" ]] || name="thesis-${long}ep"
+[[ -z "$count" ]] || name="thesis-count"
+task=distance
+extra=()
+COUNT_EPOCHS=24
 for pe in "${PES[@]}"; do
   out="results/${name}/${pe}"
   if [[ -z "${FORCE:-}" && -f "$out/summary.json" ]]; then
     echo "$out is committed: skipping ${pe}" >&2
     continue
   fi
-  if [[ -n "$long" ]]; then
+  if [[ -n "$count" ]]; then
+    epochs=$COUNT_EPOCHS seeds=5 task=count extra=(--config.model.dropout=0)
+  elif [[ -n "$long" ]]; then
     epochs="$long" seeds=5
   else
     case "$pe" in
@@ -41,8 +58,10 @@ for pe in "${PES[@]}"; do
     esac
   fi
   wd="runs/${name}/${pe}"
-  python -m experiments.sweep --preset=cpu --task=distance --pe="$pe" --seeds="$seeds" \
-    --epochs="$epochs" --record_spectra=16 --record_curvature=64 --workdir="$wd"
+  run_or_print python -m experiments.sweep --preset=cpu --task="$task" --pe="$pe" \
+    --seeds="$seeds" --epochs="$epochs" --record_spectra=16 --record_curvature=64 \
+    --workdir="$wd" "${extra[@]}"
+  [ "$DRY_RUN" -eq 0 ] || continue
   mkdir -p "$out"
   cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/steps.jsonl \
     "$wd"/spectra.jsonl "$wd"/curvature.jsonl "$out"/

@@ -132,6 +132,21 @@ def test_thesis_long_budget_skips_committed_pes():
           in out.stderr)
 
 
+def test_thesis_count_configuration_dry_run():
+  """--count: the registered Task 2 configuration of the 2x2 design (fourth
+  amendment): the four PEs, count task, dropout 0, 5 seeds, 24 epochs."""
+  out = _run("launch/thesis_cpu.sh", "--dry_run", "--count")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  pes = [line.split("--pe=")[1].split()[0] for line in lines]
+  assert sorted(pes) == ["alibi", "alibi_multiplicative", "rope", "rope_additive"]
+  for pe, line in zip(pes, lines):
+    assert line.startswith("python -m experiments.sweep --preset=cpu --task=count ")
+    for arg in ("--seeds=5", "--epochs=24", "--record_spectra=16", "--record_curvature=64",
+                "--config.model.dropout=0", f"--workdir=runs/thesis-count/{pe}"):
+      assert arg in line.split(), (arg, line)
+
+
 def test_task2_cpu_runs_the_plans_dropout0_entries():
   from experiments import study
   out = _run("launch/task2_cpu.sh", "--dry_run")

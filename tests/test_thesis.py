@@ -35,7 +35,8 @@ def _run(pe, coupling, *, ratio, speed, sharp=100.0, spikes=0, plateaued=8, seed
            {"step": 100, "first_step": 50, "loss": losses[:, 50:].tolist()}]
   per = [True] * plateaued + [False] * (seeds - plateaued)
   return {"summary": {"pe": pe, "seeds": list(range(seeds)), "plateau": {"per_seed": per}},
-          "config": {"run": {"train": {"warmup_frac": 0.1, "epochs": 8}}, "total_steps": 100},
+          "config": {"run": {"task": {"name": "distance"},
+                             "train": {"warmup_frac": 0.1, "epochs": 8}}, "total_steps": 100},
           "metrics": metrics, "steps": steps, "spectra": spectra, "curvature": curvature,
           "coupling": coupling}
 
@@ -51,10 +52,12 @@ def _four(**over):
   return base
 
 
-def _with_budget(run, epochs):
-  run = dict(run, config=dict(run["config"], run={"train": dict(run["config"]["run"]["train"],
-                                                              epochs=epochs)}))
-  return run
+def _with_budget(run, epochs, task=None):
+  cfg = run["config"]["run"]
+  new = dict(cfg, train=dict(cfg["train"], epochs=epochs))
+  if task is not None:
+    new["task"] = dict(cfg["task"], name=task)
+  return dict(run, config=dict(run["config"], run=new))
 
 
 def test_each_pair_is_judged_at_its_longest_complete_budget():
@@ -160,6 +163,11 @@ def test_spike_floor_is_in_force_only_for_pairs_judged_at_64_epochs():
   # one member short of 64 epochs: the pair keeps the registered rule without floor
   mixed = dict(long, rope=four["rope"])
   assert thesis.claim_f(mixed)["pairs"]["rotary"]["spike_floor"] == 0.0
+  # the Task 2 configuration (fourth amendment): the floor at any budget
+  count = {pe: _with_budget(r, 24, task="count") for pe, r in four.items()}
+  rot = thesis.claim_f(count)["pairs"]["rotary"]
+  assert rot["spike_floor"] == 0.1 and rot["verdict"] == "reproduced"
+  assert thesis.registered_spike_floor(count["rope"], four["rope_additive"]) == 0.0
 
 
 def test_claim_f2_dose_response():
@@ -228,6 +236,18 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   rows = {r[0]: r[3] for r in report.thesis_claims(truns)}
   assert rows["g"] == "not run" and rows["e"] == "inconclusive"  # two of four PEs
   json.dumps(lines)
+  # A second configuration (the Task 2 runs): its own sub-section, figures
+  # under its own names, and verdict rows without (g), labelled with it.
+  sub = report.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path),
+                              task=report.THESIS_TASK2, slug="count", heading=False)
+  assert sub[0] == f"### The 2×2 design on {report.THESIS_TASK2}"
+  assert not any(line.startswith("## ") or "frequencies" in line for line in sub)
+  for name in ("curves", "ratio", "sharpness", "scatter"):
+    assert os.path.getsize(tmp_path / "fig" / f"thesis_count_{name}.png") > 1000
+  trows = report._thesis_rows(truns, [], {}, task="count", label=report.THESIS_TASK2,
+                              with_g=False)
+  assert [r.split(")")[0] for r in trows] == ["| (e", "| (f", "| (f2"]
+  assert all(report.THESIS_TASK2 in r for r in trows)
 
 
 def _ablation(pattern, seeds=8, layers=2, heads=4, seed=0):
