@@ -251,10 +251,13 @@ def verdict_section(runs, ceil=None) -> list[str]:
                          for name, p in c["rows"]) or "—"
     task = "count" if c["id"] in ("b", "d") else "distance"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
+    verdict = f"**{c['verdict']}**"
+    if c.get("judged") is False:  # its long row judges (docs/study.md, the long budget)
+      verdict = f"{c['verdict']} (not judging: the {LONG_PRESET} row judges this claim)"
     lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {at} | "
                  f"{_chance_ceiling(task, c['preset'], ceil or {}, c.get('variant_fields'))} | "
                  f"{c['paper']} | "
-                 f"{evid} | **{c['verdict']}** | {c.get('verdict_test_rule', '—')} |")
+                 f"{evid} | {verdict} | {c.get('verdict_test_rule', '—')} |")
   return lines + [""]
 
 

@@ -14,7 +14,7 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "CLOSE_MARGIN",
            "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",
            "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
-           "combine", "claim_preset", "claims", "run_label",
+           "combine", "claim_preset", "claim_presets", "claims", "run_label",
            "budget_override", "config_variant", "variant_label", "preset_label",
            "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS"]
 
@@ -227,48 +227,64 @@ def claim_preset(runs, task, ref_pe, faithful) -> str:
   return STUDY_PRESET
 
 
+def claim_presets(runs, task, ref_pe, faithful) -> list[tuple[str, bool]]:
+  """``(preset, judged)`` rows of a claim: ``study`` always, and ``long``
+  beside it once the reference run exists there. The registered rule
+  (:func:`claim_preset`) judges at ``long`` then; the ``study`` row stays in
+  the table, marked as not judging, so a ``long`` row with fewer PEs never
+  hides what the ``study`` row found."""
+  judged = claim_preset(runs, task, ref_pe, faithful)
+  rows = [(STUDY_PRESET, judged == STUDY_PRESET)]
+  if judged == LONG_PRESET:
+    rows.append((LONG_PRESET, True))
+  return rows
+
+
 def claims(runs) -> list[dict]:
-  """The pre-registered claims (docs/study.md), each with its evidence and verdict."""
+  """The pre-registered claims (docs/study.md), each with its evidence and
+  verdict. A claim's row at a preset that does not judge it (the ``study``
+  row once its ``long`` row exists) carries ``"judged": False``."""
   out = []
   T1, T2 = "distance", "count"
   for faithful in (False, True):
     mode = "faithful" if faithful else "clean"
     ref_pe = CLAIM_PES["reference"][faithful]
-    P1 = claim_preset(runs, T1, ref_pe, faithful)
-    ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
-    rows = []
-    if ref is not None:
-      others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
-                and r["faithful"] == faithful and r is not ref
-                and r.get("rope_heads") is None  # partial RoPE is (a2)'s
-                and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
-      for o in sorted(others, key=lambda o: o["pe"]):
-        rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))
-    out.append({"id": "a", "mode": mode, "preset": P1,
-                "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
-                         "beats every other PE",
-                "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
-                "rows": rows, "verdict": combine([p["verdict"] for _, p in rows]),
-                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
+    for P1, judged in claim_presets(runs, T1, ref_pe, faithful):
+      ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
+      rows = []
+      if ref is not None:
+        others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
+                  and r["faithful"] == faithful and r is not ref
+                  and r.get("rope_heads") is None  # partial RoPE is (a2)'s
+                  and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
+        for o in sorted(others, key=lambda o: o["pe"]):
+          rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))
+      out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged,
+                  "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
+                           "beats every other PE",
+                  "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
+                  "rows": rows, "verdict": combine([p["verdict"] for _, p in rows]),
+                  "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
     full_pe, part_pe = CLAIM_PES["full_rope"], CLAIM_PES["partial_rope"]
-    P2 = claim_preset(runs, T1, full_pe, faithful)
-    part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
-    full = find(runs, T1, full_pe, preset=P2, faithful=faithful)
-    rows = []
-    if part is not None and full is not None:
-      p = compare(full, part, margin=CLOSE_MARGIN)
-      # the claim is "full − partial < margin": the mirror of "full beats partial by > margin"
-      flip = {"reproduced": "refuted", "refuted": "reproduced"}
-      p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
-           "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
-           "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
-      rows.append((f"{full_pe} − {part_pe} (k=1)", p))
-    out.append({"id": "a2", "mode": mode, "preset": P2,
-                "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
-                "paper": "≈ 90 % vs 92.64 %", "rows": rows,
-                "verdict": combine([p["verdict"] for _, p in rows]),
-                "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
-    out += _task2_claims(runs, faithful, claim_preset(runs, T2, ref_pe, faithful))
+    for P2, judged in claim_presets(runs, T1, full_pe, faithful):
+      part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
+      full = find(runs, T1, full_pe, preset=P2, faithful=faithful)
+      rows = []
+      if part is not None and full is not None:
+        p = compare(full, part, margin=CLOSE_MARGIN)
+        # the claim is "full − partial < margin": the mirror of "full beats partial by > margin"
+        flip = {"reproduced": "refuted", "refuted": "reproduced"}
+        p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
+             "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
+             "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
+        rows.append((f"{full_pe} − {part_pe} (k=1)", p))
+      out.append({"id": "a2", "mode": mode, "preset": P2, "judged": judged,
+                  "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
+                  "paper": "≈ 90 % vs 92.64 %", "rows": rows,
+                  "verdict": combine([p["verdict"] for _, p in rows]),
+                  "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
+    for P3, judged in claim_presets(runs, T2, ref_pe, faithful):
+      out += [dict(c, judged=judged) for c in _task2_claims(runs, faithful, P3)]
     if not faithful:
       for preset, variant in TASK2_CONFIGS:
         out += _task2_claims(runs, faithful, preset, variant)

@@ -84,6 +84,25 @@ def test_find_picks_the_plan_run_and_long_preset_takes_over():
   assert C.find([plan], "distance", "rope", preset="study", faithful=True) is None
 
 
+def test_a_long_row_judges_and_the_study_row_stays_beside_it():
+  """Once the reference run exists at ``long``, (a) is judged there against
+  the other long runs only; the study row, with its own comparisons, stays in
+  the table marked as not judging (a long group of fewer PEs must not hide
+  what the study found)."""
+  study = [_run("rope", 97.0), _run("learned", 98.0, seed=2), _run("alibi", 40.0, seed=3)]
+  long = [_run("rope", 97.5, preset="long", seed=4), _run("alibi", 60.0, preset="long", seed=5)]
+  rows = [c for c in C.claims(study + long) if c["id"] == "a" and c["mode"] == "clean"]
+  assert [(c["preset"], c["judged"]) for c in rows] == [("study", False), ("long", True)]
+  assert rows[0]["verdict"] == "refuted" and len(rows[0]["rows"]) == 2   # learned beats rope
+  assert rows[1]["verdict"] == "reproduced" and len(rows[1]["rows"]) == 1  # only alibi at long
+  only = [c for c in C.claims(study) if c["id"] == "a" and c["mode"] == "clean"]
+  assert [(c["preset"], c["judged"]) for c in only] == [("study", True)]
+  # (a2) follows its own reference: partial RoPE at long without full RoPE there
+  a2 = [c for c in C.claims(study + [_run("partial_rope", 70.0, rope_heads=1, preset="long")])
+        if c["id"] == "a2" and c["mode"] == "clean"]
+  assert [c["preset"] for c in a2] == ["study"]
+
+
 def test_compare_is_paired_on_shared_seeds():
   a = _run("rope", 90.0, jitter=0.0)
   b = _run("nope", 80.0, jitter=0.0, seeds=5)

@@ -165,8 +165,13 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   # the second convergence rule's verdict sits beside each (deposit: its rule has none)
   assert second[("b", "faithful")] == "not run" and second[("c", "clean")] == "—"
   assert second[("a", "clean")] in ("reproduced", "inconclusive", "refuted")
-  d = [line for line in text.splitlines() if line.startswith("| (d)") and "clean" in line][0]
+  dl = [line for line in text.splitlines() if line.startswith("| (d)") and "| clean | " in line]
+  d = [line for line in dl if "| clean | long |" in line][0]
   assert "nope − rope: NoPE worse" in d  # long runs only: the study's are not compared
+  # the study row stays beside the long one, with its own comparisons, not judging
+  ds = [line for line in dl if "| clean | study |" in line][0]
+  assert "not judging: the long row judges this claim" in ds and "**" not in ds.split("|")[-3]
+  assert "(not judging" not in d
   assert "nope − rope_sinusoidal: not run; nope − sinusoidal: not run" in d
   assert "nope − sinusoidal: +" not in d and "nope − sinusoidal: -" not in d
   # per-task table: bootstrap CI inside the data, plateau count, budget vs the paper
