@@ -12,10 +12,10 @@ SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm
            "launch/task2_cpu.sh"]
 
 
-def _run(*args):
+def _run(*args, **env_extra):
   env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
   return subprocess.run(["bash", *args], cwd=ROOT, capture_output=True, text=True,
-                        env=env)
+                        env={**env, **env_extra})
 
 
 def test_local_dry_run():
@@ -135,7 +135,7 @@ def test_thesis_long_budget_skips_committed_pes():
 def test_thesis_count_configuration_dry_run():
   """--count: the registered Task 2 configuration of the 2x2 design (fourth
   amendment): the four PEs, count task, dropout 0, 5 seeds, 24 epochs."""
-  out = _run("launch/thesis_cpu.sh", "--dry_run", "--count")
+  out = _run("launch/thesis_cpu.sh", "--dry_run", "--count", FORCE="1")  # committed ones too
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
   pes = [line.split("--pe=")[1].split()[0] for line in lines]
