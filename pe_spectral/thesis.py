@@ -19,7 +19,8 @@ from pe_spectral import stats
 __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over_training",
            "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts",
            "claim_e", "claim_f_pair", "claim_f", "claim_f2", "G_MULTIPLICATIVE", "G_ADDITIVE",
-           "claim_g", "budget", "judged_runs", "load", "task_of", "registered_spike_floor"]
+           "claim_g", "budget", "judged_runs", "load", "task_of", "registered_spike_floor",
+           "peak_sharpness_at"]
 
 # (kernel, multiplicative member, additive member)
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
@@ -55,10 +56,29 @@ def examples_to_threshold(run: dict) -> np.ndarray:
   return stats.examples_to_threshold(run["metrics"], frac=THRESHOLD_FRAC)
 
 
-def peak_sharpness(run: dict) -> np.ndarray:
-  """``[seeds]``: the largest Adam-preconditioned sharpness over evaluations."""
-  return np.max(np.asarray([r["precond_sharpness"] for r in run["curvature"]],
-                           np.float64), axis=0)
+def _sharpness(run: dict) -> np.ndarray:
+  """``[evals, seeds]`` Adam-preconditioned sharpness, in evaluation order."""
+  rows = sorted(run["curvature"], key=lambda r: r["step"])
+  return np.asarray([r["precond_sharpness"] for r in rows], np.float64)
+
+
+def peak_sharpness(run: dict, first_frac: float = 1.0) -> np.ndarray:
+  """``[seeds]``: the largest Adam-preconditioned sharpness over evaluations
+  (the registered measure), or over the first ``first_frac`` of them (a
+  sensitivity figure: near zero loss Adam's second moments shrink with the
+  gradients and λ_max(P⁻¹H) climbs at the end of training, which says more
+  about the preconditioner than about stability)."""
+  s = _sharpness(run)
+  if not 0 < first_frac <= 1:
+    raise ValueError(f"first_frac must be in (0, 1], got {first_frac}")
+  return np.max(s[:max(1, int(round(first_frac * len(s))))], axis=0)
+
+
+def peak_sharpness_at(run: dict) -> np.ndarray:
+  """``[seeds]``: where the peak falls, as a fraction of training (the
+  peak's evaluation index + 1 over the number of evaluations)."""
+  s = _sharpness(run)
+  return (np.argmax(s, axis=0) + 1) / len(s)
 
 
 def per_step_losses(run: dict) -> np.ndarray:

@@ -170,6 +170,25 @@ def test_spike_floor_is_in_force_only_for_pairs_judged_at_64_epochs():
   assert thesis.registered_spike_floor(count["rope"], four["rope_additive"]) == 0.0
 
 
+def test_peak_sharpness_over_the_first_half_and_where_it_falls():
+  """The fake run's sharpness grows linearly to ``sharp`` at the last of 10
+  evaluations: the registered peak is the last value, the first half's peak
+  the fifth, and the peak falls at the end of training."""
+  r = _run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200.0)
+  s = np.asarray([c["precond_sharpness"] for c in r["curvature"]])
+  np.testing.assert_allclose(thesis.peak_sharpness(r), s[-1])
+  np.testing.assert_allclose(thesis.peak_sharpness(r, 0.5), s[4])
+  np.testing.assert_allclose(thesis.peak_sharpness_at(r), 1.0)
+  # evaluation order comes from the step, not the file's row order
+  shuffled = dict(r, curvature=r["curvature"][::-1])
+  np.testing.assert_allclose(thesis.peak_sharpness(shuffled, 0.5), s[4])
+  early = dict(r, curvature=[dict(c, precond_sharpness=[1e6] * 8) if c["step"] == 3 else c
+                             for c in r["curvature"]])
+  np.testing.assert_allclose(thesis.peak_sharpness_at(early), 0.3)
+  with pytest.raises(ValueError, match="first_frac"):
+    thesis.peak_sharpness(r, 0.0)
+
+
 def test_claim_f2_dose_response():
   runs = {}
   for i, (pe, c) in enumerate((("a", "multiplicative"), ("b", "additive"))):
