@@ -267,6 +267,7 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
                               with_g=False)
   assert [r.split(")")[0] for r in trows] == ["| (e", "| (f", "| (f2"]
   assert all(report.THESIS_TASK2 in r for r in trows)
+  assert all(r.count(" | ") == 7 for r in trows)  # the verdict table's 8 columns
 
 
 def _ablation(pattern, seeds=8, layers=2, heads=4, seed=0):
