@@ -715,8 +715,16 @@ def _thesis_table(truns: dict) -> list[str]:
   return lines
 
 
-# The Task 2 configuration of the 2x2 design (docs/study.md, fourth amendment).
-THESIS_TASK2 = "Task 2 (counting, 48 tokens, counts 0–40), dropout 0"
+def thesis_task_label(truns: dict) -> str:
+  """A thesis configuration's name from its runs' own config: ``Task 1`` or,
+  for the Task 2 runs (docs/study.md, fourth amendment), e.g. ``Task 2
+  (counting, 48 tokens, counts 0–40), dropout 0``."""
+  rc = next(iter(truns.values()))["config"]["run"]
+  t = rc["task"]
+  if t["name"] != "count":
+    return "Task 1"
+  return (f"Task 2 (counting, {t['seq_len']} tokens, counts 0–{t['count_max']}), "
+          f"dropout {rc['model']['dropout']:g}")
 
 
 def thesis_section(truns: dict, figdir: str, outdir: str,
@@ -840,11 +848,11 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   parts += verdict_section(runs, ceil)
   truns = {} if thesis_runs is None else thesis_runs
   tcount = thesis_count or {}
-  if truns:
-    rows = _thesis_rows(truns, runs, ceil)
-    if tcount:
-      rows += _thesis_rows(tcount, runs, ceil, task="count", label=THESIS_TASK2,
-                           with_g=False)
+  rows = _thesis_rows(truns, runs, ceil) if truns else []
+  if tcount:
+    rows += _thesis_rows(tcount, runs, ceil, task="count", label=thesis_task_label(tcount),
+                         with_g=False)
+  if rows:
     parts = parts[:-1] + rows + [""]
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
@@ -877,9 +885,9 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   parts += deposit_section(runs, figdir, outdir)
   parts += lengths_section(list(lengths), figdir, outdir)
   parts += thesis_section(truns, figdir, outdir, thesis_superseded)
-  if truns and tcount:
+  if tcount:
     parts += thesis_section(tcount, figdir, outdir, thesis_count_superseded,
-                            task=THESIS_TASK2, slug="count", heading=False)
+                            task=thesis_task_label(tcount), slug="count", heading=False)
   parts += spectra_section(runs)
   if ceil:
     parts += ["## Task 1 ceilings", "",

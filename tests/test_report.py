@@ -126,7 +126,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   fig = tmp_path / "fig"
   cmd = [sys.executable, "-m", "experiments.report", f"--runs={runs}", f"--out={out}",
          f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}",
-         f"--thesis={tmp_path / 'no-thesis'}"]
+         f"--thesis={tmp_path / 'no-thesis'}", f"--thesis_count={tmp_path / 'no-thesis'}"]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   text = out.read_text()

@@ -257,16 +257,23 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   json.dumps(lines)
   # A second configuration (the Task 2 runs): its own sub-section, figures
   # under its own names, and verdict rows without (g), labelled with it.
+  assert report.thesis_task_label(truns) == "Task 1"
+  count_cfg = {pe: dict(r, config={"run": {"task": {"name": "count", "seq_len": 48,
+                                                    "count_max": 40},
+                                           "model": {"dropout": 0.0}}})
+               for pe, r in truns.items()}
+  label = report.thesis_task_label(count_cfg)
+  assert label == "Task 2 (counting, 48 tokens, counts 0–40), dropout 0"
   sub = report.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path),
-                              task=report.THESIS_TASK2, slug="count", heading=False)
-  assert sub[0] == f"### The 2×2 design on {report.THESIS_TASK2}"
+                              task=label, slug="count", heading=False)
+  assert sub[0] == f"### The 2×2 design on {label}"
   assert not any(line.startswith("## ") or "frequencies" in line for line in sub)
   for name in ("curves", "ratio", "sharpness", "scatter"):
     assert os.path.getsize(tmp_path / "fig" / f"thesis_count_{name}.png") > 1000
-  trows = report._thesis_rows(truns, [], {}, task="count", label=report.THESIS_TASK2,
+  trows = report._thesis_rows(truns, [], {}, task="count", label=label,
                               with_g=False)
   assert [r.split(")")[0] for r in trows] == ["| (e", "| (f", "| (f2"]
-  assert all(report.THESIS_TASK2 in r for r in trows)
+  assert all(label in r for r in trows)
   assert all(r.count(" | ") == 7 for r in trows)  # the verdict table's 8 columns
 
 
