@@ -56,7 +56,7 @@ flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
 from pe_spectral.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
-    find, plateau_of)
+    find, plateau_of, run_spec)
 from pe_spectral.claims import budget_override as _budget  # noqa: E402
 from pe_spectral.claims import config_variant, variant_label  # noqa: E402
 from pe_spectral.claims import encoding_of as _encoding  # noqa: E402
@@ -221,6 +221,20 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
   return out
 
 
+def missing_txt(specs) -> str:
+  """The runs a claim's row still waits for, by their study-plan names
+  (``python -m experiments.study --only=<name>`` runs one) and priority."""
+  from experiments import study
+  parts = []
+  for spec in specs:
+    e = study.entry_for(spec)
+    if e is not None:
+      parts.append(f"`{e.key}` (P{e.priority})")
+    else:
+      parts.append(f"{spec['task']}/{spec['pe']} at {spec['preset']} (not in the study plan)")
+  return ("waits for " + ", ".join(parts)) if parts else ""
+
+
 def verdict_section(runs, ceil=None) -> list[str]:
   from pe_spectral import stats as _stats
   cl = claims(runs)
@@ -235,7 +249,9 @@ def verdict_section(runs, ceil=None) -> list[str]:
            "inconclusive whatever its CI says. The last column applies the second "
            "convergence rule instead (test accuracy within "
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
-           "docs/study.md): a sensitivity result beside the verdict, never replacing it.", "",
+           "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
+           "A row that waits for runs names them as the study plan does "
+           "(`python -m experiments.study --list`; P = its priority).", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
            "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
   for c in cl:
@@ -249,6 +265,9 @@ def verdict_section(runs, ceil=None) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
+    if c.get("missing"):
+      wait = missing_txt(c["missing"])
+      evid = wait if evid == "—" else f"{evid}<br>{wait}"
     task = "count" if c["id"] in ("b", "d") else "distance"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
     verdict = f"**{c['verdict']}**"
@@ -681,7 +700,8 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
   fr = ", ".join(f"{pe} {100 * f:.0f} %" for pe, f in g["fractions"].items())
   gv = (f"pooled multiplicative − additive {100 * g['diff']:+.0f} [{100 * g['lo']:+.0f}, "
         f"{100 * g['hi']:+.0f}] points of seeds; {fr}" if "diff" in g else
-        (f"committed: {fr or 'none'}; missing: {', '.join(g['missing'])}"))
+        (f"committed: {fr or 'none'}; "
+         + missing_txt([run_spec("distance", pe, preset=DEPOSIT_PRESET) for pe in g["missing"]])))
   rows.append(("g", "The deposit is inherent in multiplicative encodings (deposit preset, "
                "4 multiplicative vs 4 additive PEs)", gv, g["verdict"]))
   return rows

@@ -63,6 +63,28 @@ class Entry:
   def key(self) -> str:
     return f"{self.task}/{self.name}"
 
+  @property
+  def variant(self) -> dict:
+    """The fields this entry sets away from its preset, keyed and typed as
+    ``claims.config_variant`` reads them from a finished run's config."""
+    def num(v: str):
+      for t in (int, float):
+        try:
+          return t(v)
+        except ValueError:
+          pass
+      return v
+    out = {field: num(value) for field, value in self.overrides}
+    if self.epochs is not None:
+      out["train.epochs"] = self.epochs
+    return out
+
+  def matches(self, spec: dict) -> bool:
+    """Whether this entry is the run ``spec`` (``claims.run_spec``) names."""
+    return ((self.task, self.pe, self.preset, self.faithful, self.rope_heads, self.variant)
+            == (spec["task"], spec["pe"], spec["preset"], spec["faithful"],
+                spec.get("rope_heads"), spec.get("variant") or {}))
+
   def sweep_args(self, runs_root: str, seeds: int) -> list[str]:
     args = [f"--preset={self.preset}", f"--task={self.task}", f"--pe={self.pe}",
             f"--seeds={seeds}", f"--workdir={os.path.join(runs_root, self.key)}"]
@@ -122,20 +144,27 @@ def _entries() -> list[Entry]:
   out += [E(2, "long", "distance", pe, rope_heads=k) for pe, k in
           (("rope", None), ("partial_rope", 1), ("alibi", None), ("relative", None),
            ("nope", None))]
-  out += [E(2, "long", "distance", pe, faithful=True) for pe in
-          ("rope_sinusoidal", "rope", "nope", "mla")]
+  # (a2) in faithful mode is judged at `long` once rope's faithful long run
+  # exists, so partial RoPE's comes with it
+  out += [E(2, "long", "distance", pe, faithful=True, rope_heads=k) for pe, k in
+          (("rope_sinusoidal", None), ("rope", None), ("nope", None), ("mla", None),
+           ("partial_rope", 1))]
   out += [E(5, "long", "distance", pe, rope_heads=k) for pe, k in
           (("learned", None), ("sinusoidal", None), ("rope_sinusoidal", None),
            ("mla", None), ("partial_rope", 2))]
-  out += [E(5, "long", "distance", pe, faithful=True, rope_heads=k) for pe, k in
-          (("partial_rope", 1), ("alibi", None), ("sinusoidal", None),
-           ("learned", None), ("relative", None))]
+  out += [E(5, "long", "distance", pe, faithful=True) for pe in
+          ("alibi", "sinusoidal", "learned", "relative")]
   out += [E(5, "long", "count", pe, faithful=True) for pe in
           ("mla", "nope", "rope_sinusoidal", "rope", "sinusoidal")]
   return out
 
 
 PLAN = _entries()
+
+
+def entry_for(spec: dict) -> Optional[Entry]:
+  """The plan's entry for a run a claim needs (``claims.run_spec``), or None."""
+  return next((e for e in PLAN if e.matches(spec)), None)
 
 
 def committed(e: Entry, results: str) -> bool:

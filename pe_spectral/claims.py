@@ -16,7 +16,7 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
            "combine", "claim_preset", "claim_presets", "claims", "run_label",
            "budget_override", "config_variant", "variant_label", "preset_label",
-           "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS"]
+           "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -170,6 +170,13 @@ def find(runs, task, pe, *, preset, faithful=False, rope_heads=None, variant=Non
   return None
 
 
+def run_spec(task, pe, *, preset, faithful=False, rope_heads=None, variant=None) -> dict:
+  """A run a claim needs, named by the fields :func:`find` looks it up by (a
+  claim's ``"missing"`` entries: the runs its row still waits for)."""
+  return {"task": task, "pe": pe, "preset": preset, "faithful": faithful,
+          "rope_heads": rope_heads, "variant": dict(variant or {})}
+
+
 def plateau_of(r) -> dict:
   from pe_spectral import stats
   return stats.plateau(r["records"]) if r.get("records") else r.get("plateau", {})
@@ -252,6 +259,7 @@ def claims(runs) -> list[dict]:
     for P1, judged in claim_presets(runs, T1, ref_pe, faithful):
       ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
       rows = []
+      missing = [] if ref is not None else [run_spec(T1, ref_pe, preset=P1, faithful=faithful)]
       if ref is not None:
         others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
                   and r["faithful"] == faithful and r is not ref
@@ -259,7 +267,7 @@ def claims(runs) -> list[dict]:
                   and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
         for o in sorted(others, key=lambda o: o["pe"]):
           rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))
-      out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged,
+      out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged, "missing": missing,
                   "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
                            "beats every other PE",
                   "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
@@ -270,6 +278,8 @@ def claims(runs) -> list[dict]:
       part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
       full = find(runs, T1, full_pe, preset=P2, faithful=faithful)
       rows = []
+      missing = [run_spec(T1, pe, preset=P2, faithful=faithful, rope_heads=k)
+                 for pe, k, r in ((full_pe, None, full), (part_pe, 1, part)) if r is None]
       if part is not None and full is not None:
         p = compare(full, part, margin=CLOSE_MARGIN)
         # the claim is "full − partial < margin": the mirror of "full beats partial by > margin"
@@ -278,7 +288,7 @@ def claims(runs) -> list[dict]:
              "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
              "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
         rows.append((f"{full_pe} − {part_pe} (k=1)", p))
-      out.append({"id": "a2", "mode": mode, "preset": P2, "judged": judged,
+      out.append({"id": "a2", "mode": mode, "preset": P2, "judged": judged, "missing": missing,
                   "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                   "paper": "≈ 90 % vs 92.64 %", "rows": rows,
                   "verdict": combine([p["verdict"] for _, p in rows]),
@@ -292,7 +302,9 @@ def claims(runs) -> list[dict]:
            for pe in (ref_pe, *CLAIM_PES["deposit_absent"], CLAIM_PES["deposit_weaker"])}
     rows = [(pe, deposit_rule(r["ablation"]), r) for pe, r in dep.items()
             if r is not None and r.get("ablation")]
-    out.append({"id": "c", "mode": mode, "preset": DEPOSIT_PRESET,
+    missing = [run_spec(T1, pe, preset=DEPOSIT_PRESET, faithful=faithful)
+               for pe, r in dep.items() if r is None or not r.get("ablation")]
+    out.append({"id": "c", "mode": mode, "preset": DEPOSIT_PRESET, "missing": missing,
                 "claim": f"Deposit ({DEPOSIT_PRESET} preset): one early-layer head carries "
                          f"the ablation damage in {_frac_txt(DEPOSIT_SEED_FRAC)} of {ref_pe} seeds; "
                          "absent in NoPE and ALiBi, weaker in MLA",
@@ -314,25 +326,28 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]
   nope2 = find(runs, T2, nope_pe, **at)
   label = variant_label(variant or {})
   common = {"mode": mode, "preset": preset, "variant": label, "variant_fields": variant or {}}
+  need = lambda pe, r: [] if r is not None else [run_spec(T2, pe, **at)]
   rows = []
   if mla2 is not None and nope2 is not None:
     rows.append((f"{mla_pe} − {nope_pe}", compare(mla2, nope2)))
   if nope2 is not None and rope2 is not None:
     rows.append((f"{nope_pe} − {ref_pe}", compare(nope2, rope2)))
   out = [{"id": "b", **common, "claim": "Task 2: MLA > NoPE > RoPE",
+          "missing": need(mla_pe, mla2) + need(nope_pe, nope2) + need(ref_pe, rope2),
           "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
           "verdict": combine([p["verdict"] for _, p in rows])
           if len(rows) == 2 else "not run",
           "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
           if len(rows) == 2 else "not run"}]
-  rows, missing = [], []
+  rows, missing, needs = [], [], need(nope_pe, nope2)
   for pe in CLAIM_PES["driver"]:
     r = find(runs, T2, pe, **at)
+    needs += need(pe, r)
     if nope2 is not None and r is not None:
       rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
     else:
       missing.append(f"{nope_pe} − {pe}")
-  out.append({"id": "d", **common,
+  out.append({"id": "d", **common, "missing": needs,
               "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
               "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
               "verdict": _driver_verdict(rows, missing=missing) if rows else "not run",

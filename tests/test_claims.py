@@ -51,6 +51,14 @@ def test_claim_b_needs_both_comparisons():
           _run("rope", 69.0, seed=2, **t2)]
   assert _by_id(runs, "b")["verdict"] == "reproduced"
   assert _by_id(runs[:2], "b")["verdict"] == "not run"
+  # the row names the run it waits for, by the fields find() looks it up by
+  assert _by_id(runs, "b")["missing"] == []
+  assert _by_id(runs[:2], "b")["missing"] == [C.run_spec("count", "rope", preset="study")]
+  assert [s["pe"] for s in _by_id(runs[1:2], "d")["missing"]] == [
+      "rope", "rope_sinusoidal", "sinusoidal"]
+  assert _by_id(runs[1:], "a2")["missing"] == [
+      C.run_spec("distance", "rope", preset="study"),
+      C.run_spec("distance", "partial_rope", preset="study", rope_heads=1)]
   swapped = [_run("mla", 70.0, **t2), _run("nope", 78.0, seed=1, **t2),
              _run("rope", 69.0, seed=2, **t2)]
   assert _by_id(swapped, "b")["verdict"] == "refuted"

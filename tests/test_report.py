@@ -174,6 +174,11 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert "(not judging" not in d
   assert "nope − rope_sinusoidal: not run; nope − sinusoidal: not run" in d
   assert "nope − sinusoidal: +" not in d and "nope − sinusoidal: -" not in d
+  # ... and names the runs it waits for as the study plan does
+  assert "<br>waits for `count/rope_sinusoidal-long` (P2), `count/sinusoidal-long` (P2) |" in d
+  bf = [line for line in text.splitlines() if line.startswith("| (b)") and "| faithful |" in line]
+  assert ("| waits for `count/mla-faithful-study` (P3), `count/nope-faithful-study` (P3), "
+          "`count/rope_sinusoidal-faithful-study` (P3) | **not run** |") in bf[0]
   # per-task table: bootstrap CI inside the data, plateau count, budget vs the paper
   # rope's curve is acc at evals >= 3 (examples 3000..) -> 90 % first at 3 k
   assert ("| rope | clean | study | 3 | 97.0 [96.0, 98.0] | 97.0 96.0 98.0 | 3/3 | 3 k; 3/3 | "

@@ -29,6 +29,28 @@ def test_plan_is_paired_and_complete():
   assert "--workdir=R/distance/partial_rope-k1-faithful-study" in args
 
 
+def test_every_run_a_claim_waits_for_is_planned():
+  """With nothing committed, every run each verdict row waits for
+  (``claims.claims``' "missing") is a plan entry, found by its fields; and a
+  spec the plan lacks is not matched to a near neighbour."""
+  from pe_spectral import claims
+  rows = claims.claims([])
+  specs = [s for c in rows for s in c["missing"]]
+  assert {c["id"] for c in rows if c["missing"]} == {"a", "a2", "b", "c", "d"}
+  keys = []
+  for spec in specs:
+    e = study.entry_for(spec)
+    assert e is not None, spec
+    assert (e.task, e.pe, e.preset, e.faithful) == (spec["task"], spec["pe"], spec["preset"],
+                                                    spec["faithful"])
+    keys.append(e.key)
+  assert "count/nope-long-dropout0" in keys and "count/nope-study-len80-dropout0" in keys
+  assert "distance/partial_rope-k1-study" in keys and "count/mla-faithful-study" in keys
+  near = claims.run_spec("count", "nope", preset="study", variant={"model.dropout": 0.0})
+  assert study.entry_for(near) is None  # dropout 0 at 120 tokens is not a registered run
+  assert study.entry_for(claims.run_spec("distance", "partial_rope", preset="study")) is None
+
+
 def test_collect_copies_small_files_only(tmp_path):
   e = study.Entry(1, "study", "distance", "rope")
   wd = tmp_path / "runs" / "distance" / "rope-study"
@@ -106,6 +128,7 @@ def test_registered_configurations_reach_the_sweep_and_the_report():
          "config": {"run": rc.to_dict()}}
     config = (e.preset, claims.config_variant(r))
     assert config in claims.TASK2_CONFIGS, config
+    assert e.variant == config[1]  # the entry's own reading matches the report's
     judged.add(claims.variant_label(config[1]) + "@" + e.preset)
   assert len(judged) == len(claims.TASK2_CONFIGS)  # every registered configuration is planned
   # the preset's own entries stay untagged
