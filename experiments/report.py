@@ -235,6 +235,21 @@ def missing_txt(specs) -> str:
   return ("waits for " + ", ".join(parts)) if parts else ""
 
 
+def waits_for(c, runs) -> list[dict]:
+  """The runs a claim's row waits for: those the claim names (``"missing"``)
+  and, for (a) -- RoPE against *every* other PE, a set the plan fixes -- the
+  plan's other Task 1 runs at the row's preset and mode not committed yet."""
+  specs = list(c.get("missing", []))
+  if c["id"] == "a":
+    from experiments import study
+    faithful = c["mode"] == "faithful"
+    specs += [e.spec for e in study.PLAN
+              if (e.task, e.preset, e.faithful) == ("distance", c["preset"], faithful)
+              and e.rope_heads is None and not e.variant and e.spec not in specs
+              and find(runs, e.task, e.pe, preset=e.preset, faithful=faithful) is None]
+  return specs
+
+
 def verdict_section(runs, ceil=None) -> list[str]:
   from pe_spectral import stats as _stats
   cl = claims(runs)
@@ -265,8 +280,8 @@ def verdict_section(runs, ceil=None) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    if c.get("missing"):
-      wait = missing_txt(c["missing"])
+    wait = missing_txt(waits_for(c, runs))
+    if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     task = "count" if c["id"] in ("b", "d") else "distance"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")

@@ -67,23 +67,19 @@ class Entry:
   def variant(self) -> dict:
     """The fields this entry sets away from its preset, keyed and typed as
     ``claims.config_variant`` reads them from a finished run's config."""
-    def num(v: str):
-      for t in (int, float):
-        try:
-          return t(v)
-        except ValueError:
-          pass
-      return v
-    out = {field: num(value) for field, value in self.overrides}
+    from pe_spectral import config as configs
+    out = {field: configs.parse_override(*field.split(".", 1), value)
+           for field, value in self.overrides}
     if self.epochs is not None:
       out["train.epochs"] = self.epochs
     return out
 
-  def matches(self, spec: dict) -> bool:
-    """Whether this entry is the run ``spec`` (``claims.run_spec``) names."""
-    return ((self.task, self.pe, self.preset, self.faithful, self.rope_heads, self.variant)
-            == (spec["task"], spec["pe"], spec["preset"], spec["faithful"],
-                spec.get("rope_heads"), spec.get("variant") or {}))
+  @property
+  def spec(self) -> dict:
+    """This run as ``claims.run_spec`` names it."""
+    from pe_spectral import claims
+    return claims.run_spec(self.task, self.pe, preset=self.preset, faithful=self.faithful,
+                           rope_heads=self.rope_heads, variant=self.variant)
 
   def sweep_args(self, runs_root: str, seeds: int) -> list[str]:
     args = [f"--preset={self.preset}", f"--task={self.task}", f"--pe={self.pe}",
@@ -164,7 +160,7 @@ PLAN = _entries()
 
 def entry_for(spec: dict) -> Optional[Entry]:
   """The plan's entry for a run a claim needs (``claims.run_spec``), or None."""
-  return next((e for e in PLAN if e.matches(spec)), None)
+  return next((e for e in PLAN if e.spec == spec), None)
 
 
 def committed(e: Entry, results: str) -> bool:

@@ -144,6 +144,11 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   # (a): rope beats sinusoidal (+7, converged) but NoPE did not converge
   assert verdicts[("a", "clean")] == "**inconclusive**"
   assert "rope − sinusoidal: +7.0" in text and "rope − nope: +87.7" in text
+  # (a) is RoPE against every other PE of the plan: the row names the ones not committed
+  a = [line for line in text.splitlines() if line.startswith("| (a) ") and "| clean | study |" in line][0]
+  assert ("waits for `distance/alibi-study` (P1), `distance/learned-study` (P1), "
+          "`distance/relative-study` (P1), `distance/rope_sinusoidal-study` (P1), "
+          "`distance/mla-study` (P1) |") in a
   assert "*(not converged)*" in text
   assert verdicts[("a2", "clean")] == "**reproduced**"      # 2 points < 5
   # (b) at the long budget: MLA > NoPE holds, NoPE > RoPE is reversed
