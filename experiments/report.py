@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-from typing import Sequence
 
 from pe_spectral import xla_config
 
@@ -64,6 +63,9 @@ from pe_spectral.claims import mode_of as _mode  # noqa: E402
 from pe_spectral.claims import paper_number as _paper  # noqa: E402
 from pe_spectral.claims import preset_label as _preset  # noqa: E402
 from pe_spectral.claims import run_label as _label  # noqa: E402
+from experiments.report_lengths import lengths_section, load_lengths  # noqa: E402
+from experiments.report_thesis import (  # noqa: E402
+    _thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
 
 
 def _plateau_txt(r) -> str:
@@ -518,153 +520,8 @@ def _ceilings(runs, n_examples) -> dict:
   return out
 
 
-def load_lengths(root: str) -> list[dict]:
-  """Every ``<root>/<run>/lengths*.json`` with its run's plateau status."""
-  out = []
-  for path in sorted(glob.glob(os.path.join(root, "*", "lengths*.json"))):
-    with open(path) as f:
-      res = json.load(f)
-    summ = os.path.join(os.path.dirname(path), "summary.json")
-    if os.path.exists(summ):
-      with open(summ) as f:
-        s = json.load(f)
-      res["plateau"] = s.get("plateau")
-      res["run_test_accuracy"] = s.get("test_accuracy")
-    cfg = os.path.join(os.path.dirname(path), "config.json")
-    if os.path.exists(cfg) and "random_positions" not in res:
-      with open(cfg) as f:
-        res["random_positions"] = json.load(f)["run"]["model"].get("random_positions")
-    res["run"] = os.path.basename(os.path.dirname(path))
-    out.append(res)
-  return out
-
-
-def _lengths_label(r) -> str:
-  """A length-study row's name: the PE, partial RoPE's k, randomized positions."""
-  name = r["pe"] + (f" (k={r['rope_heads']})" if r.get("rope_heads") else "")
-  if r.get("random_positions"):
-    name += f" (random positions < {r['random_positions']})"
-  return name
-
-
-def _cell(row) -> str:
-  if row["mean"] is None:
-    return "n/a"
-  lo, hi = row["ci95"]
-  return f"{100 * row['mean']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
-def _prediction_txt(res) -> str:
-  """The spectral prediction at the longest length, in words."""
-  from pe_spectral.extrapolation import Prediction
-  last = res["lengths"][-1]
-  if not last.get("prediction"):
-    return "—"
-  return Prediction.from_dict(last["prediction"]).describe(last["seq_len"])
-
-
-def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
-  """PE × test length table (mean [95 % bootstrap CI] over seeds), the spectral
-  prediction beside it, the figure, and RoPE's eval-time scalings."""
-  from pe_spectral import plotting
-  plain = [r for r in results if r.get("rope_scaling", "none") == "none" and not r.get("shift")]
-  if not plain:
-    return []
-  rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
-  lines = ["## Length generalisation", "",
-           "Trained at one length, every seed evaluated at longer ones with the same labels "
-           "(`experiments.lengths`; Task 1: the same distances, longer side segments). Test "
-           "accuracy %, mean [95 % percentile-bootstrap CI] over seeds; `n/a`: the PE cannot "
-           "reach that length (a learned table). The last column is what the spectral module "
-           "says at the longest length.", ""]
-  for task in sorted({r["task"] for r in plain}):
-    rows = sorted((r for r in plain if r["task"] == task),
-                  key=lambda r: (r["preset"], r["faithful"], r["pe"]))
-    factors = [x["factor"] for x in rows[0]["lengths"]]
-    head = " | ".join(f"{f:g}× ({int(round(f * rows[0]['train_len']))})" for f in factors)
-    lines += [f"### {task}, trained at {rows[0]['train_len']} tokens", "",
-              f"| PE | mode | preset | n | plateaued | {head} | spectral prediction |",
-              "|---|---|---|---|---|" + "---|" * len(factors) + "---|"]
-    for r in rows:
-      pl = (r.get("plateau") or {}).get("per_seed")
-      pl = "?" if pl is None else f"{sum(pl)}/{len(pl)}"
-      name = _lengths_label(r)
-      cells = " | ".join(_cell(x) for x in r["lengths"])
-      lines.append(f"| {name} | {'faithful' if r['faithful'] else 'clean'} | "
-                   f"{r['preset']} | {len(r['seeds'])} | {pl} | {cells} | "
-                   f"{_prediction_txt(r)} |")
-    fig = os.path.join(figdir, f"lengths_{task}.png")
-    plotting.length_curves(rows, fig)
-    lines += ["", f"![lengths {task}]({rel(fig)})", ""]
-    scaled = sorted((r for r in results if r["task"] == task
-                     and r.get("rope_scaling", "none") != "none" and not r.get("shift")),
-                    key=lambda r: (r["pe"], r["rope_scaling"]))
-    if scaled:
-      lines += ["Eval-time context extension of the trained rotary models (no retraining): "
-                "position interpolation (pi), NTK-aware base (ntk), YaRN.", "",
-                f"| PE | scaling | n | {head} |", "|---|---|---|" + "---|" * len(factors)]
-      for base_run in (r for r in rows if any(s["run"] == r["run"] for s in scaled)):
-        lines.append(f"| {base_run['pe']} | none | {len(base_run['seeds'])} | "
-                     + " | ".join(_cell(x) for x in base_run["lengths"]) + " |")
-        for r in (s for s in scaled if s["run"] == base_run["run"]):
-          lines.append(f"| {r['pe']} | {r['rope_scaling']} | {len(r['seeds'])} | "
-                       + " | ".join(_cell(x) for x in r["lengths"]) + " |")
-      lines.append("")
-    shifted = sorted((r for r in results if r["task"] == task and r.get("shift")
-                      and r.get("rope_scaling", "none") == "none"),
-                     key=lambda r: (r["pe"], r["shift"]))
-    if shifted:
-      lines += ["Shifted starts: each test sentence moved right by a random 0..S pad tokens "
-                "(masked: the content and its relative positions are unchanged, the absolute "
-                "positions move).", ""]
-      for r in shifted:
-        base_run = next((b for b in rows if b["run"] == r["run"]), None)
-        fs = [x["factor"] for x in r["lengths"]]
-        lines += ["| PE | S | " + " | ".join(f"{f:g}×" for f in fs) + " |",
-                  "|---|---|" + "---|" * len(fs)] if r is shifted[0] else []
-        if base_run is not None:
-          by_f = {x["factor"]: x for x in base_run["lengths"]}
-          lines.append(f"| {r['pe']} | 0 | " + " | ".join(
-              _cell(by_f[f]) if f in by_f else "—" for f in fs) + " |")
-        lines.append(f"| {r['pe']} | {r['shift']} | "
-                     + " | ".join(_cell(x) for x in r["lengths"]) + " |")
-      lines.append("")
-  return lines
-
-
-def load_thesis(root: str) -> dict:
-  """``{pe: thesis run}`` for every finished run under ``root`` (the four PEs
-  of the 2x2 design first, in the design's order)."""
-  from pe_spectral import thesis
-  if not root or not os.path.isdir(root):
-    return {}
-  order = [pe for _, m, a in thesis.PAIRS for pe in (m, a)]
-  found = sorted((d for d in os.listdir(root)
-                  if os.path.exists(os.path.join(root, d, "summary.json"))),
-                 key=lambda d: (order.index(d) if d in order else len(order), d))
-  return {d: thesis.load(os.path.join(root, d)) for d in found}
-
-
-def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
-  """``(judged, superseded)`` over several budget directories
-  (:func:`pe_spectral.thesis.judged_runs`)."""
-  from pe_spectral import thesis
-  return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
-
-
 def _ci_txt(m, lo, hi, fmt="{:+.1f}") -> str:
   return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}]"
-
-
-def _thesis_budget(truns: dict) -> str:
-  """e.g. ``cpu: rope, rope_additive 16 ep × 8 seeds; alibi 8 ep × 5 seeds``."""
-  groups: dict = {}
-  for pe, r in truns.items():
-    key = (r["config"]["run"]["train"]["epochs"], len(r["summary"]["seeds"]))
-    groups.setdefault(key, []).append(pe)
-  preset = next(iter(truns.values()))["summary"]["preset"]
-  return f"{preset}: " + "; ".join(f"{', '.join(p)} {e} ep × {n} seeds"
-                                  for (e, n), p in groups.items())
 
 
 def claim_g_of(runs) -> dict:
@@ -720,131 +577,6 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
   rows.append(("g", "The deposit is inherent in multiplicative encodings (deposit preset, "
                "4 multiplicative vs 4 additive PEs)", gv, g["verdict"]))
   return rows
-
-
-def _thesis_table(truns: dict) -> list[str]:
-  from pe_spectral import stats, thesis
-  lines = [
-      "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
-      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | peak in the first half "
-      "(mean) | peak at (median fraction of training) | loss spikes (total; "
-      f"of them above loss {thesis.SPIKE_FLOOR_SENSITIVITY:g}) |",
-      "|---|---|---|---|---|---|---|---|---|---|"]
-  e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
-  for pe, r in truns.items():
-    acc = np.asarray(r["summary"]["test_accuracy"]) * 100
-    m, lo, hi = stats.bootstrap_mean_ci(acc)
-    per = r["summary"]["plateau"]["per_seed"]
-    nl = thesis.ratio_over_training(r).shape[-1]
-    ratios = " / ".join(f"{e_rows[(pe, l)]['ratio']:.3f} [{e_rows[(pe, l)]['lo']:.3f}, "
-                        f"{e_rows[(pe, l)]['hi']:.3f}]" for l in range(nl))
-    sharp = thesis.peak_sharpness(r) if r["curvature"] else None
-    lines.append(f"| {pe} | {r['coupling']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | "
-                 f"{sum(per)}/{len(per)} | {ratios} | "
-                 f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
-                 f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
-                 f"{'—' if sharp is None else f'{thesis.peak_sharpness(r, 0.5).mean():.0f}'} | "
-                 f"{'—' if sharp is None else f'{np.median(thesis.peak_sharpness_at(r)):.2f}'} | "
-                 f"{int(thesis.spike_counts(r).sum())} "
-                 f"({int(thesis.spike_counts(r, thesis.SPIKE_FLOOR_SENSITIVITY).sum())}) |")
-  return lines
-
-
-def thesis_task_label(truns: dict) -> str:
-  """A thesis configuration's name from its runs' own config: ``Task 1`` or,
-  for the Task 2 runs (docs/study.md, fourth amendment), e.g. ``Task 2
-  (counting, 48 tokens, counts 0–40), dropout 0``."""
-  rc = next(iter(truns.values()))["config"]["run"]
-  t = rc["task"]
-  if t["name"] != "count":
-    return "Task 1"
-  return (f"Task 2 (counting, {t['seq_len']} tokens, counts 0–{t['count_max']}), "
-          f"dropout {rc['model']['dropout']:g}")
-
-
-def thesis_section(truns: dict, figdir: str, outdir: str,
-                   superseded: Sequence[dict] = (), *, task: str = "Task 1",
-                   slug: str = "", heading: bool = True) -> list[str]:
-  """The 2x2 design's section for one configuration (``task`` names it in the
-  text, ``slug`` in the figure names); ``heading`` off for a second
-  configuration, which gets a sub-heading instead."""
-  from pe_spectral import plotting
-  lines = (["## Spectral contraction and optimisation", ""] if heading
-           else [f"### The 2×2 design on {task}", ""])
-  if not truns:
-    return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]
-  rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
-  lines += [
-      "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
-      "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
-      "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
-      f"{task}, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
-      "coupling ratio is "
-      "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
-      "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
-      "λ_max(P⁻¹H) on 64 fixed training examples. The registered measure is its peak over "
-      "all evaluations; the two columns after it are a sensitivity figure, not a verdict: "
-      "near zero loss Adam's second moments shrink with the gradients and λ_max(P⁻¹H) "
-      "climbs at the end of training, so the peak often falls on the last evaluation.", "",
-      ] + _thesis_table(truns)
-  for sup in superseded:
-    lines += ["", f"Not judged — runs at another budget ({_thesis_budget(sup)}); a pair is "
-              "judged at the longest budget at which both of its members are committed "
-              "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
-  os.makedirs(figdir, exist_ok=True)
-  paths = {k: os.path.join(figdir, f"thesis_{slug + '_' if slug else ''}{k}.png")
-           for k in ("curves", "ratio", "sharpness", "scatter")}
-  plotting.thesis_figures(truns, paths)
-  lines += ["", f"![test accuracy]({rel(paths['curves'])})", "",
-            f"![coupling ratio over training]({rel(paths['ratio'])})", "",
-            f"![sharpness over training]({rel(paths['sharpness'])})", "",
-            f"![examples to threshold vs early ratio]({rel(paths['scatter'])})", ""]
-  if heading:
-    lines += frequency_lines([truns, *superseded], figdir, rel)
-  lines += [f"Verdicts (e), (f), (f2){', (g)' if heading else ''} "
-            f"{'' if heading else 'on ' + task + ' '}are in the verdict table at the top.", ""]
-  return lines
-
-
-def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
-  """The frequency-band attribution of each seed's layer-0 deposit head, from a
-  committed ``ablation-freq.json`` (``ablate --frequencies``): per PE, the
-  first budget in ``budgets`` that has one."""
-  import json
-  from pe_spectral import plotting
-  from pe_spectral import thesis
-  lines, done = [], set()
-  for pe, r in ((pe, r) for b in budgets for pe, r in b.items()):
-    path = os.path.join(r.get("workdir", ""), "ablation-freq.json")
-    if pe in done or not os.path.exists(path):
-      continue
-    done.add(pe)
-    with open(path) as f:
-      fr = json.load(f)
-    drop = np.asarray(fr["drop_points"])                      # [seeds, L, H, P]
-    theta = np.asarray(fr["frequencies"])
-    heads = np.asarray(fr["deposit_head"])[:, 0]
-    fig = os.path.join(figdir, f"thesis_frequencies_{pe}.png")
-    plotting.frequency_heatmaps(drop[:, 0], theta, heads, fr["seeds"], fig,
-                                f"{pe}: layer 0, accuracy drop (points) with one head's "
-                                "rotary pair unrotated; deposit head boxed")
-    e, n = thesis.budget(r)
-    lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** Each (layer, head, rotary "
-              f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
-              f"{fr['num_examples']} test examples; the deposit head is the layer-0 head whose "
-              "knock-out costs most (head ablation). Per seed: the deposit head's largest "
-              "single-pair drop, its pair's θ_k, and the share of the head's positive "
-              "pair-drops carried by its top pair.", "",
-              "| seed | deposit head | largest pair drop (points) | θ_k | share of the head's "
-              "pair damage |", "|---|---|---|---|---|"]
-    for s, seed in enumerate(fr["seeds"]):
-      d = drop[s, 0, heads[s]]
-      k = int(np.argmax(d))
-      pos = np.clip(d, 0, None).sum()
-      share = f"{d[k] / pos:.2f}" if pos > 0 else "—"
-      lines.append(f"| {seed} | {heads[s]} | {d[k]:.1f} | {theta[k]:.3g} | {share} |")
-    lines += ["", f"![frequency heatmaps {pe}]({rel(fig)})", ""]
-  return lines
 
 
 def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",

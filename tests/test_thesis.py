@@ -234,8 +234,8 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   for pe in pes:
     os.symlink(tmp_path / "runs" / "distance" / f"{pe}-smoke", root / pe)
   sys.path.insert(0, repo)
-  from experiments import report
-  truns = report.load_thesis(str(root))
+  from experiments import report, report_thesis
+  truns = report_thesis.load_thesis(str(root))
   assert list(truns) == ["rope", "rope_additive"]
   for pe, r in truns.items():
     assert len(r["curvature"]) == len(r["spectra"]) == len(r["metrics"]) == 2
@@ -247,7 +247,7 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   ratio = {pe: thesis.ratio_over_training(r) for pe, r in truns.items()}
   assert (ratio["rope"] != 1).any()            # contraction ratio vs θ = 0
   assert (ratio["rope_additive"] != 1).any()   # widening ratio vs no bias
-  lines = report.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path))
+  lines = report_thesis.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path))
   text = "\n".join(lines)
   assert "| rope | multiplicative |" in text and "| rope_additive | additive |" in text
   for name in ("curves", "ratio", "sharpness", "scatter"):
@@ -257,15 +257,15 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   json.dumps(lines)
   # A second configuration (the Task 2 runs): its own sub-section, figures
   # under its own names, and verdict rows without (g), labelled with it.
-  assert report.thesis_task_label(truns) == "Task 1"
+  assert report_thesis.thesis_task_label(truns) == "Task 1"
   count_cfg = {pe: dict(r, config={"run": {"task": {"name": "count", "seq_len": 48,
                                                     "count_max": 40},
                                            "model": {"dropout": 0.0}}})
                for pe, r in truns.items()}
-  label = report.thesis_task_label(count_cfg)
+  label = report_thesis.thesis_task_label(count_cfg)
   assert label == "Task 2 (counting, 48 tokens, counts 0–40), dropout 0"
-  sub = report.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path),
-                              task=label, slug="count", heading=False)
+  sub = report_thesis.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path),
+                                     task=label, slug="count", heading=False)
   assert sub[0] == f"### The 2×2 design on {label}"
   assert not any(line.startswith("## ") or "frequencies" in line for line in sub)
   for name in ("curves", "ratio", "sharpness", "scatter"):

@@ -1,0 +1,170 @@
+"""The coupling study's section of ``RESULTS.md``: the 2×2 design of
+docs/study.md ("The thesis").
+
+Loads the committed thesis runs of each budget (:func:`load_thesis_budgets`), names
+a configuration (:func:`thesis_task_label`) and renders its table, figures and the
+frequency attribution of the deposit head (:func:`thesis_section`). The verdict rows
+(e), (f), (f2), (g) stay in ``experiments.report``, beside the other claims.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+
+def load_thesis(root: str) -> dict:
+  """``{pe: thesis run}`` for every finished run under ``root`` (the four PEs
+  of the 2x2 design first, in the design's order)."""
+  from pe_spectral import thesis
+  if not root or not os.path.isdir(root):
+    return {}
+  order = [pe for _, m, a in thesis.PAIRS for pe in (m, a)]
+  found = sorted((d for d in os.listdir(root)
+                  if os.path.exists(os.path.join(root, d, "summary.json"))),
+                 key=lambda d: (order.index(d) if d in order else len(order), d))
+  return {d: thesis.load(os.path.join(root, d)) for d in found}
+
+
+def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
+  """``(judged, superseded)`` over several budget directories
+  (:func:`pe_spectral.thesis.judged_runs`)."""
+  from pe_spectral import thesis
+  return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
+
+
+def _thesis_budget(truns: dict) -> str:
+  """e.g. ``cpu: rope, rope_additive 16 ep × 8 seeds; alibi 8 ep × 5 seeds``."""
+  groups: dict = {}
+  for pe, r in truns.items():
+    key = (r["config"]["run"]["train"]["epochs"], len(r["summary"]["seeds"]))
+    groups.setdefault(key, []).append(pe)
+  preset = next(iter(truns.values()))["summary"]["preset"]
+  return f"{preset}: " + "; ".join(f"{', '.join(p)} {e} ep × {n} seeds"
+                                  for (e, n), p in groups.items())
+
+
+def _thesis_table(truns: dict) -> list[str]:
+  from pe_spectral import stats, thesis
+  lines = [
+      "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
+      "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | peak in the first half "
+      "(mean) | peak at (median fraction of training) | loss spikes (total; "
+      f"of them above loss {thesis.SPIKE_FLOOR_SENSITIVITY:g}) |",
+      "|---|---|---|---|---|---|---|---|---|---|"]
+  e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
+  for pe, r in truns.items():
+    acc = np.asarray(r["summary"]["test_accuracy"]) * 100
+    m, lo, hi = stats.bootstrap_mean_ci(acc)
+    per = r["summary"]["plateau"]["per_seed"]
+    nl = thesis.ratio_over_training(r).shape[-1]
+    ratios = " / ".join(f"{e_rows[(pe, l)]['ratio']:.3f} [{e_rows[(pe, l)]['lo']:.3f}, "
+                        f"{e_rows[(pe, l)]['hi']:.3f}]" for l in range(nl))
+    sharp = thesis.peak_sharpness(r) if r["curvature"] else None
+    lines.append(f"| {pe} | {r['coupling']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | "
+                 f"{sum(per)}/{len(per)} | {ratios} | "
+                 f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
+                 f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
+                 f"{'—' if sharp is None else f'{thesis.peak_sharpness(r, 0.5).mean():.0f}'} | "
+                 f"{'—' if sharp is None else f'{np.median(thesis.peak_sharpness_at(r)):.2f}'} | "
+                 f"{int(thesis.spike_counts(r).sum())} "
+                 f"({int(thesis.spike_counts(r, thesis.SPIKE_FLOOR_SENSITIVITY).sum())}) |")
+  return lines
+
+
+def thesis_task_label(truns: dict) -> str:
+  """A thesis configuration's name from its runs' own config: ``Task 1`` or,
+  for the Task 2 runs (docs/study.md, fourth amendment), e.g. ``Task 2
+  (counting, 48 tokens, counts 0–40), dropout 0``."""
+  rc = next(iter(truns.values()))["config"]["run"]
+  t = rc["task"]
+  if t["name"] != "count":
+    return "Task 1"
+  return (f"Task 2 (counting, {t['seq_len']} tokens, counts 0–{t['count_max']}), "
+          f"dropout {rc['model']['dropout']:g}")
+
+
+def thesis_section(truns: dict, figdir: str, outdir: str,
+                   superseded: Sequence[dict] = (), *, task: str = "Task 1",
+                   slug: str = "", heading: bool = True) -> list[str]:
+  """The 2x2 design's section for one configuration (``task`` names it in the
+  text, ``slug`` in the figure names); ``heading`` off for a second
+  configuration, which gets a sub-heading instead."""
+  from pe_spectral import plotting
+  lines = (["## Spectral contraction and optimisation", ""] if heading
+           else [f"### The 2×2 design on {task}", ""])
+  if not truns:
+    return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]
+  rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
+  lines += [
+      "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
+      "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
+      "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
+      f"{task}, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
+      "coupling ratio is "
+      "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
+      "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
+      "λ_max(P⁻¹H) on 64 fixed training examples. The registered measure is its peak over "
+      "all evaluations; the two columns after it are a sensitivity figure, not a verdict: "
+      "near zero loss Adam's second moments shrink with the gradients and λ_max(P⁻¹H) "
+      "climbs at the end of training, so the peak often falls on the last evaluation.", "",
+      ] + _thesis_table(truns)
+  for sup in superseded:
+    lines += ["", f"Not judged — runs at another budget ({_thesis_budget(sup)}); a pair is "
+              "judged at the longest budget at which both of its members are committed "
+              "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
+  os.makedirs(figdir, exist_ok=True)
+  paths = {k: os.path.join(figdir, f"thesis_{slug + '_' if slug else ''}{k}.png")
+           for k in ("curves", "ratio", "sharpness", "scatter")}
+  plotting.thesis_figures(truns, paths)
+  lines += ["", f"![test accuracy]({rel(paths['curves'])})", "",
+            f"![coupling ratio over training]({rel(paths['ratio'])})", "",
+            f"![sharpness over training]({rel(paths['sharpness'])})", "",
+            f"![examples to threshold vs early ratio]({rel(paths['scatter'])})", ""]
+  if heading:
+    lines += frequency_lines([truns, *superseded], figdir, rel)
+  lines += [f"Verdicts (e), (f), (f2){', (g)' if heading else ''} "
+            f"{'' if heading else 'on ' + task + ' '}are in the verdict table at the top.", ""]
+  return lines
+
+
+def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
+  """The frequency-band attribution of each seed's layer-0 deposit head, from a
+  committed ``ablation-freq.json`` (``ablate --frequencies``): per PE, the
+  first budget in ``budgets`` that has one."""
+  from pe_spectral import plotting
+  from pe_spectral import thesis
+  lines, done = [], set()
+  for pe, r in ((pe, r) for b in budgets for pe, r in b.items()):
+    path = os.path.join(r.get("workdir", ""), "ablation-freq.json")
+    if pe in done or not os.path.exists(path):
+      continue
+    done.add(pe)
+    with open(path) as f:
+      fr = json.load(f)
+    drop = np.asarray(fr["drop_points"])                      # [seeds, L, H, P]
+    theta = np.asarray(fr["frequencies"])
+    heads = np.asarray(fr["deposit_head"])[:, 0]
+    fig = os.path.join(figdir, f"thesis_frequencies_{pe}.png")
+    plotting.frequency_heatmaps(drop[:, 0], theta, heads, fr["seeds"], fig,
+                                f"{pe}: layer 0, accuracy drop (points) with one head's "
+                                "rotary pair unrotated; deposit head boxed")
+    e, n = thesis.budget(r)
+    lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** Each (layer, head, rotary "
+              f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
+              f"{fr['num_examples']} test examples; the deposit head is the layer-0 head whose "
+              "knock-out costs most (head ablation). Per seed: the deposit head's largest "
+              "single-pair drop, its pair's θ_k, and the share of the head's positive "
+              "pair-drops carried by its top pair.", "",
+              "| seed | deposit head | largest pair drop (points) | θ_k | share of the head's "
+              "pair damage |", "|---|---|---|---|---|"]
+    for s, seed in enumerate(fr["seeds"]):
+      d = drop[s, 0, heads[s]]
+      k = int(np.argmax(d))
+      pos = np.clip(d, 0, None).sum()
+      share = f"{d[k] / pos:.2f}" if pos > 0 else "—"
+      lines.append(f"| {seed} | {heads[s]} | {d[k]:.1f} | {theta[k]:.3g} | {share} |")
+    lines += ["", f"![frequency heatmaps {pe}]({rel(fig)})", ""]
+  return lines
