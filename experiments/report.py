@@ -225,31 +225,17 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
 
 def missing_txt(specs) -> str:
   """The runs a claim's row still waits for, by their study-plan names
-  (``python -m experiments.study --only=<name>`` runs one) and priority."""
+  (``python -m experiments.study --only=<name>`` runs one) and priority, in
+  the plan's order."""
   from experiments import study
-  parts = []
-  for spec in specs:
-    e = study.entry_for(spec)
-    if e is not None:
-      parts.append(f"`{e.key}` (P{e.priority})")
-    else:
-      parts.append(f"{spec['task']}/{spec['pe']} at {spec['preset']} (not in the study plan)")
+  found = [(study.entry_for(spec), spec) for spec in specs]
+  order = {e.key: i for i, e in enumerate(study.PLAN)}
+  parts = [f"`{e.key}` (P{e.priority})"
+           for e, _ in sorted((f for f in found if f[0] is not None),
+                              key=lambda f: order[f[0].key])]
+  parts += [f"{spec['task']}/{spec['pe']} at {spec['preset']} (not in the study plan)"
+            for e, spec in found if e is None]
   return ("waits for " + ", ".join(parts)) if parts else ""
-
-
-def waits_for(c, runs) -> list[dict]:
-  """The runs a claim's row waits for: those the claim names (``"missing"``)
-  and, for (a) -- RoPE against *every* other PE, a set the plan fixes -- the
-  plan's other Task 1 runs at the row's preset and mode not committed yet."""
-  specs = list(c.get("missing", []))
-  if c["id"] == "a":
-    from experiments import study
-    faithful = c["mode"] == "faithful"
-    specs += [e.spec for e in study.PLAN
-              if (e.task, e.preset, e.faithful) == ("distance", c["preset"], faithful)
-              and e.rope_heads is None and not e.variant and e.spec not in specs
-              and find(runs, e.task, e.pe, preset=e.preset, faithful=faithful) is None]
-  return specs
 
 
 def verdict_section(runs, ceil=None) -> list[str]:
@@ -282,7 +268,7 @@ def verdict_section(runs, ceil=None) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    wait = missing_txt(waits_for(c, runs))
+    wait = missing_txt(c.get("missing", []))
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     task = "count" if c["id"] in ("b", "d") else "distance"

@@ -16,7 +16,8 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
            "combine", "claim_preset", "claim_presets", "claims", "run_label",
            "budget_override", "config_variant", "variant_label", "preset_label",
-           "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec"]
+           "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec",
+           "LARGEST_PRESET", "NOT_TESTABLE", "scale_verdict", "unconverged_txt"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -40,6 +41,9 @@ CLAIM_PES = {
     "driver": ("rope", "rope_sinusoidal", "sinusoidal"),  # claim d: NoPE minus each
     "deposit_absent": ("nope", "alibi"),  # claim c: no deposit in these ...
     "deposit_weaker": "mla",              # ... and a weaker one in this
+    # claim a: the reference against every other PE of these (the study plan's Task 1 set)
+    "task1": ("rope", "nope", "alibi", "sinusoidal", "learned", "relative",
+              "rope_sinusoidal", "mla"),
 }
 
 
@@ -147,6 +151,11 @@ TASK2_CONFIGS = (
 CONVERGED_FRAC = 2.0 / 3.0
 # "Partial RoPE on one head comes close to full RoPE": within this many points.
 CLOSE_MARGIN = 5.0
+# The largest Task 1 budget of the plan (docs/study.md, "Not testable at this
+# scale"): a claim judged there that is undecided only because a run did not
+# converge cannot be decided at this project's scale, and says so with the runs.
+LARGEST_PRESET = LONG_PRESET
+NOT_TESTABLE = "not testable at this scale"
 
 
 def mode_of(r) -> str:
@@ -227,6 +236,30 @@ def combine(verdicts) -> str:
   return "inconclusive"
 
 
+def unconverged_txt(r, *, test_rule: bool = False) -> str:
+  """``partial_rope (k=1) did not converge at long: 1/8 seeds plateaued``."""
+  per = (plateau_of_test_accuracy(r) if test_rule else plateau_of(r)).get("per_seed") or []
+  return (f"{run_label(r)} did not converge at {r['preset']}: "
+          f"{sum(per)}/{len(per)} seeds plateaued")
+
+
+def scale_verdict(rows, used, *, preset, pending, test_rule: bool = False) -> str:
+  """A Task 1 claim's verdict from its comparisons ``rows`` (name, :func:`compare`)
+  on the runs ``used``: :func:`combine`'s, except that at :data:`LARGEST_PRESET`,
+  with no run ``pending``, a claim undecided only because runs did not converge
+  is :data:`NOT_TESTABLE`, naming them (docs/study.md). A converged comparison
+  still refutes, and one whose CI is merely wide keeps the claim inconclusive."""
+  vk, ck = ("verdict_test_rule", "converged_test") if test_rule else ("verdict", "converged")
+  v = combine([p[vk] for _, p in rows])
+  if v != "inconclusive" or preset != LARGEST_PRESET or pending:
+    return v
+  if any(p[vk] == "inconclusive" and p[ck] for _, p in rows):
+    return v  # a converged comparison that decides nothing: not a matter of scale
+  conv = converged_by_test_accuracy if test_rule else converged
+  bad = [r for r in used if not conv(r)]
+  return f"{NOT_TESTABLE} ({'; '.join(unconverged_txt(r, test_rule=test_rule) for r in bad)})"
+
+
 def claim_preset(runs, task, ref_pe, faithful) -> str:
   """``long`` where the claim's reference run exists at the long budget, else ``study``."""
   if find(runs, task, ref_pe, preset=LONG_PRESET, faithful=faithful) is not None:
@@ -258,21 +291,25 @@ def claims(runs) -> list[dict]:
     ref_pe = CLAIM_PES["reference"][faithful]
     for P1, judged in claim_presets(runs, T1, ref_pe, faithful):
       ref = find(runs, T1, ref_pe, preset=P1, faithful=faithful)
-      rows = []
-      missing = [] if ref is not None else [run_spec(T1, ref_pe, preset=P1, faithful=faithful)]
+      rows, others = [], []
+      missing = [run_spec(T1, pe, preset=P1, faithful=faithful) for pe in CLAIM_PES["task1"]
+                 if find(runs, T1, pe, preset=P1, faithful=faithful) is None]
       if ref is not None:
         others = [r for r in runs if r["task"] == T1 and r["preset"] == P1
                   and r["faithful"] == faithful and r is not ref
                   and r.get("rope_heads") is None  # partial RoPE is (a2)'s
                   and find(runs, T1, r["pe"], preset=P1, faithful=faithful) is r]
-        for o in sorted(others, key=lambda o: o["pe"]):
+        others = sorted(others, key=lambda o: o["pe"])
+        for o in others:
           rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))
+      used = ([ref] if ref is not None else []) + others
+      at = dict(preset=P1, pending=bool(missing))
       out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged, "missing": missing,
                   "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
                            "beats every other PE",
                   "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
-                  "rows": rows, "verdict": combine([p["verdict"] for _, p in rows]),
-                  "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
+                  "rows": rows, "verdict": scale_verdict(rows, used, **at),
+                  "verdict_test_rule": scale_verdict(rows, used, **at, test_rule=True)})
     full_pe, part_pe = CLAIM_PES["full_rope"], CLAIM_PES["partial_rope"]
     for P2, judged in claim_presets(runs, T1, full_pe, faithful):
       part = find(runs, T1, part_pe, preset=P2, faithful=faithful, rope_heads=1)
@@ -288,11 +325,13 @@ def claims(runs) -> list[dict]:
              "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
              "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
         rows.append((f"{full_pe} − {part_pe} (k=1)", p))
+      used = [r for r in (full, part) if r is not None]
+      at = dict(preset=P2, pending=bool(missing))
       out.append({"id": "a2", "mode": mode, "preset": P2, "judged": judged, "missing": missing,
                   "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                   "paper": "≈ 90 % vs 92.64 %", "rows": rows,
-                  "verdict": combine([p["verdict"] for _, p in rows]),
-                  "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])})
+                  "verdict": scale_verdict(rows, used, **at),
+                  "verdict_test_rule": scale_verdict(rows, used, **at, test_rule=True)})
     for P3, judged in claim_presets(runs, T2, ref_pe, faithful):
       out += [dict(c, judged=judged) for c in _task2_claims(runs, faithful, P3)]
     if not faithful:

@@ -111,6 +111,45 @@ def test_a_long_row_judges_and_the_study_row_stays_beside_it():
   assert [c["preset"] for c in a2] == ["study"]
 
 
+def test_not_testable_at_the_largest_budget_only_when_nothing_else_decides():
+  """At ``long`` (the plan's largest Task 1 budget) a claim undecided only
+  because runs did not converge is 'not testable at this scale', naming those
+  runs; not while a run it needs is missing, not at ``study``, not when a
+  converged comparison refutes it or is merely too wide to decide."""
+  L = dict(preset="long")
+  _long = lambda runs, cid: next(c for c in C.claims(runs) if c["id"] == cid
+                                 and c["mode"] == "clean" and c["preset"] == "long")
+  part = _run("partial_rope", 70.0, rope_heads=1, plateaued=1, seed=3, **L)
+  a2 = _long([_run("rope", 97.0, **L), part], "a2")
+  assert a2["preset"] == "long" and a2["missing"] == []
+  assert a2["verdict"] == ("not testable at this scale (partial_rope (k=1) did not converge "
+                           "at long: 1/8 seeds plateaued)")
+  assert a2["verdict"].startswith(C.NOT_TESTABLE)
+  # the same runs at study: the plan has a longer budget, so it is only inconclusive
+  at_study = [_run("rope", 97.0), dict(part, preset="study")]
+  assert _by_id(at_study, "a2")["verdict"] == "inconclusive"
+  # (a) at long: every other PE of the plan's Task 1 set must be there first
+  others = [pe for pe in C.CLAIM_PES["task1"] if pe != "rope"]
+  rivals = [_run(pe, 40.0 if pe == "alibi" else 60.0, plateaued=2 if pe == "alibi" else 8,
+                 seed=10 + i, **L) for i, pe in enumerate(others)]
+  ref = _run("rope", 97.0, **L)
+  assert _long([ref] + rivals[:-1], "a")["verdict"] == "inconclusive"  # mla pending
+  assert [m["pe"] for m in _long([ref] + rivals[:-1], "a")["missing"]] == ["mla"]
+  full = _long([ref] + rivals, "a")
+  assert full["missing"] == []
+  assert full["verdict"] == ("not testable at this scale (alibi did not converge at long: "
+                             "2/8 seeds plateaued)")
+  # a converged rival that beats RoPE refutes the claim whatever the rest did
+  beaten = [ref] + rivals[:-1] + [_run("mla", 98.5, seed=30, **L)]
+  assert _long(beaten, "a")["verdict"] == "refuted"
+  # a converged comparison that decides nothing keeps it inconclusive
+  tie = [ref] + rivals[:-1] + [_run("mla", 97.0, seed=31, jitter=3.0, **L)]
+  assert _long(tie, "a")["verdict"] == "inconclusive"
+  # all converged and all won: reproduced, as at any budget
+  won = [ref] + [dict(r, plateau={"per_seed": [True] * 8}) for r in rivals]
+  assert _long(won, "a")["verdict"] == "reproduced"
+
+
 def test_compare_is_paired_on_shared_seeds():
   a = _run("rope", 90.0, jitter=0.0)
   b = _run("nope", 80.0, jitter=0.0, seeds=5)
