@@ -290,13 +290,14 @@ def main(argv):
         swapped.append(e)
     plan = swapped
   if FLAGS.only:
-    want = {w.strip() for w in FLAGS.only.split(",") if w.strip()}
-    unknown = want - {e.key for e in plan}
+    want = list(dict.fromkeys(w.strip() for w in FLAGS.only.split(",") if w.strip()))
+    by_key = {e.key: e for e in plan}
+    unknown = [w for w in want if w not in by_key]
     if unknown:
       print(f"error: unknown --only entries {sorted(unknown)}; see --list",
             file=sys.stderr)
       return 2
-    plan = [e for e in plan if e.key in want]
+    plan = [by_key[w] for w in want]  # the order given
   todo = [e for e in plan if not committed(e, FLAGS.results)]
   if FLAGS.list:
     for e in plan:
@@ -325,7 +326,8 @@ def define_flags() -> None:
   flags.DEFINE_float("deadline_s", 0, "If > 0: start no run after this many seconds, "
                      "and stop running ones at deadline + grace.")
   flags.DEFINE_float("grace_s", 60, "See --deadline_s.")
-  flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run.")
+  flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run, in "
+                      "that order (default: the plan's, most urgent first).")
   flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
   flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
                       "check the machinery in seconds).")

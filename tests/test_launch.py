@@ -9,7 +9,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
            "launch/lengths_cpu.sh", "launch/thesis_cpu.sh", "launch/gpu_check.sh",
-           "launch/task2_cpu.sh"]
+           "launch/task2_cpu.sh", "launch/study_cpu.sh"]
 
 
 def _run(*args, **env_extra):
@@ -97,6 +97,7 @@ def test_study_launchers_dry_run():
     ["launch/local.sh", "--bogus"],
     ["launch/tpu_vm.sh", "--dry_run", "name"],
     ["launch/task2_cpu.sh", "--dry_run", "alibi"],
+    ["launch/study_cpu.sh", "--dry_run", "count/nope-long-dropout0"],  # not CPU-sized
     ["launch/slurm.sbatch", "rope", "8"],  # not inside a SLURM job
 ])
 def test_bad_arguments_fail(args):
@@ -155,3 +156,22 @@ def test_task2_cpu_runs_the_plans_dropout0_entries():
   keys = [line.split("--only=")[1].split()[0] for line in lines]
   assert keys == [e.key for e in study.PLAN if e.tag == "len80-dropout0"]  # the plan's order
   assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=5") for line in lines)
+
+
+def test_study_cpu_queue_is_plan_entries_in_its_own_order():
+  """Every name of the CPU queue is a plan entry, run one at a time in the
+  queue's order (not the plan's: learned-long first, it alone can decide (a))."""
+  from experiments import study
+  out = _run("launch/study_cpu.sh", "--dry_run")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  keys = [line.split("--only=")[1].split()[0] for line in lines]
+  plan = {e.key: e for e in study.PLAN}
+  assert keys and all(k in plan for k in keys) and len(set(keys)) == len(keys)
+  assert keys[0] == "distance/learned-long"
+  assert all(plan[k].preset in ("long", "deposit") and plan[k].task == "distance"
+             for k in keys)
+  assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=8") for line in lines)
+  one = _run("launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
+  assert [line.split("--only=")[1].split()[0]
+          for line in one.stdout.strip().splitlines()] == [keys[3], keys[1]]

@@ -97,6 +97,13 @@ def test_list_and_bad_flags(tmp_path):
   assert lines[0].split()[:3] == ["P1", "distance/rope-study", "to"]
   prios = [int(line.split()[0][1:]) for line in lines[:-1]]
   assert prios == sorted(prios) and len(prios) == len(study.PLAN)  # most urgent first
+  # --only runs the names in the order given (a P5 entry before a P1 one), once each
+  res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+                        "--only=distance/mla-long,distance/rope-study,distance/mla-long",
+                        f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  assert [line.split()[:2] for line in res.stdout.strip().splitlines()[:-1]] == [
+      ["P5", "distance/mla-long"], ["P1", "distance/rope-study"]]
   for bad in (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"]):
     res = subprocess.run([sys.executable, "-m", "experiments.study", *bad,
                           f"--results={tmp_path}"], cwd=ROOT, capture_output=True,

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The study plan's runs that a 2-core CPU can afford, one after another, in the
+# order in which they can decide a verdict (docs/study.md). Each is one
+# `experiments.study` entry, 8 seeds, at low priority: skipped when its small
+# files are committed under results/runs/, resumed when its checkpoint is under
+# runs/, then ablated, its small files copied to results/runs/<task>/<name>/
+# (commit them, then rebuild the report: python -m experiments.report).
+# Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a `deposit` run
+# about 2.3 h. The rest of the plan (Task 2 at `long`, faithful Task 2, the
+# faithful deposit runs) costs 2.4-5 h per run here and waits for
+# launch/study_gpu.sh.
+#   launch/study_cpu.sh [--dry_run] [NAME ...]      (default: the whole queue; NICE=10)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=launch/common.sh
+. launch/common.sh
+
+if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
+QUEUE=(
+  distance/learned-long                  # alone it can refute (a) at long
+  distance/rope-faithful-long            # with the next: (a2), faithful
+  distance/partial_rope-k1-faithful-long
+  distance/rope_sinusoidal-faithful-long # (a)'s faithful reference at long
+  distance/alibi-long                    # the rest of (a) at long, clean
+  distance/relative-long
+  distance/nope-long
+  distance/sinusoidal-long
+  distance/rope_sinusoidal-long
+  distance/mla-long
+  distance/alibi_multiplicative-deposit  # (g): the deposit with 8 heads per layer
+  distance/rope_additive-deposit
+  distance/xpos-deposit
+  distance/p_rope-deposit
+  distance/relative-deposit
+  distance/kerple_log-deposit
+)
+NAMES=("$@")
+if [[ ${#NAMES[@]} -eq 0 ]]; then NAMES=("${QUEUE[@]}"); fi
+for name in "${NAMES[@]}"; do
+  [[ " ${QUEUE[*]} " == *" $name "* ]] || die "'$name' is not in the CPU queue: ${QUEUE[*]}"
+done
+PY=${PYTHON:-python3}
+for name in "${NAMES[@]}"; do
+  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8
+done
