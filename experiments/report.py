@@ -65,7 +65,7 @@ from pe_spectral.claims import preset_label as _preset  # noqa: E402
 from pe_spectral.claims import run_label as _label  # noqa: E402
 from experiments.report_lengths import lengths_section, load_lengths  # noqa: E402
 from experiments.report_thesis import (  # noqa: E402
-    _thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
+    thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
 
 
 def _plateau_txt(r) -> str:
@@ -572,7 +572,7 @@ def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
   """Verdict-table lines of the 2x2 design on one configuration."""
   out = []
   for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g):
-    at = (f"{_thesis_budget(truns)}{', ' + label if label else ''}" if cid != "g"
+    at = (f"{thesis_budget(truns)}{', ' + label if label else ''}" if cid != "g"
           else DEPOSIT_PRESET + " (8 seeds)")
     # The cpu preset's Task 1 data are the study's (same TaskConfig), whose
     # ceiling `ceil` holds; Task 2's ceiling is 100 % at any preset.

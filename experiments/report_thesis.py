@@ -35,7 +35,7 @@ def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
   return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
 
 
-def _thesis_budget(truns: dict) -> str:
+def thesis_budget(truns: dict) -> str:
   """e.g. ``cpu: rope, rope_additive 16 ep × 8 seeds; alibi 8 ep × 5 seeds``."""
   groups: dict = {}
   for pe, r in truns.items():
@@ -102,7 +102,7 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
       "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
       "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
       "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
-      f"{task}, {_thesis_budget(truns)} (pairs compared on the seeds they share); the "
+      f"{task}, {thesis_budget(truns)} (pairs compared on the seeds they share); the "
       "coupling ratio is "
       "spread(S(L)) over the same spread without the coupling (θ = 0, ρ = 1, or the bias "
       "removed), head median, geometric mean over all evaluations; sharpness is Adam's "
@@ -112,7 +112,7 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
       "climbs at the end of training, so the peak often falls on the last evaluation.", "",
       ] + _thesis_table(truns)
   for sup in superseded:
-    lines += ["", f"Not judged — runs at another budget ({_thesis_budget(sup)}); a pair is "
+    lines += ["", f"Not judged — runs at another budget ({thesis_budget(sup)}); a pair is "
               "judged at the longest budget at which both of its members are committed "
               "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
   os.makedirs(figdir, exist_ok=True)

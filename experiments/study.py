@@ -30,6 +30,7 @@ from typing import Optional
 from absl import app, flags
 
 from pe_spectral import cli
+from pe_spectral.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
@@ -96,8 +97,7 @@ class Entry:
 
 def _entries() -> list[Entry]:
   E = Entry
-  t1 = ["rope", "nope", "alibi", "sinusoidal", "learned", "relative",
-        "rope_sinusoidal", "mla"]
+  t1 = CLAIM_PES["task1"]  # claim (a)'s set: the reference against each of the others
   out = [E(1, "study", "distance", pe, paper_ablation=pe == "rope") for pe in t1]
   out += [E(1, "study", "distance", "partial_rope", rope_heads=k) for k in (1, 2)]
   out += [E(1, "study", "count", pe) for pe in
