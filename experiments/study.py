@@ -10,7 +10,8 @@ whose small outputs are already committed under ``--results`` is skipped, so
 the study continues across sessions and machines; a run interrupted here
 resumes from its checkpoint under ``runs/``. ``--collect`` copies each
 finished run's small files (config, summary, metrics curve, ablation JSON)
-into ``--results/<task>/<name>/`` -- never checkpoints.
+into ``--results/<task>/<name>/`` -- never checkpoints -- and ``--git_commit``
+commits them (those paths only) as each run finishes.
 
 With ``--workers`` > 1 the runs go to that many processes at once (on a GPU
 the small models leave the device mostly idle, and compilation is CPU-bound);
@@ -185,6 +186,35 @@ def collect(e: Entry, runs_root: str, results: str) -> bool:
   return True
 
 
+def git_commit(paths: list[str], message: str, cwd: str = ".") -> str:
+  """Commits ``paths`` (and nothing else the index holds) to the repository at
+  ``cwd``; returns "" on success, else git's complaint (the files stay, ready to
+  commit by hand: a study must not stop because git was busy)."""
+  try:
+    for cmd in (["git", "add", "--", *paths],
+                ["git", "commit", "--quiet", "-m", message, "--only", "--", *paths]):
+      res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+      if res.returncode != 0:
+        return (res.stderr or res.stdout).strip() or f"{cmd[1]} exited {res.returncode}"
+  except OSError as err:
+    return str(err)
+  return ""
+
+
+def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool) -> bool:
+  """``collect``, then (with ``commit``) a git commit of just that run's small
+  files, so that a session that ends mid-queue loses no finished run."""
+  if not collect(e, runs_root, results):
+    return False
+  if commit:
+    dst = os.path.join(results, e.key)
+    err = git_commit([dst], f"results: {e.key}, {e.preset} preset (committed by "
+                     "experiments.study as the run finished)")
+    if err:
+      _log(f"could not commit {dst}: {err}")
+  return True
+
+
 def commands(e: Entry, runs_root: str, seeds: int) -> list[list[str]]:
   py = [sys.executable, "-m"]
   wd = os.path.join(runs_root, e.key)
@@ -309,7 +339,8 @@ def main(argv):
       print(f"P{e.priority}  {e.key:<44} {state}")
     print(f"{len(plan) - len(todo)} of {len(plan)} committed")
     return 0
-  on_done = (lambda e: collect(e, FLAGS.runs, FLAGS.results)) if FLAGS.collect else None
+  on_done = (lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
+                                          commit=FLAGS.git_commit)) if FLAGS.collect else None
   _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds),
                           log_dir=os.path.join(FLAGS.runs, "logs"), workers=FLAGS.workers,
                           deadline_s=FLAGS.deadline_s, grace_s=FLAGS.grace_s,
@@ -322,6 +353,8 @@ def define_flags() -> None:
   beside ``experiments.sweep``, whose flag names overlap)."""
   flags.DEFINE_bool("list", False, "Print the plan and each run's state, then exit.")
   flags.DEFINE_bool("collect", True, "Copy finished runs' small files into --results.")
+  flags.DEFINE_bool("git_commit", False, "With --collect: git-commit each finished run's "
+                    "small files (only those paths) as it finishes.")
   flags.DEFINE_string("runs", "runs", "Where workdirs (with checkpoints) live.")
   flags.DEFINE_string("results", os.path.join("results", "runs"),
                       "Where finished runs' small files are committed.")

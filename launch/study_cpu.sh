@@ -4,7 +4,9 @@
 # `experiments.study` entry, 8 seeds, at low priority: skipped when its small
 # files are committed under results/runs/, resumed when its checkpoint is under
 # runs/, then ablated, its small files copied to results/runs/<task>/<name>/
-# (commit them, then rebuild the report: python -m experiments.report).
+# and git-committed (those paths only) as it finishes, so a session that ends
+# mid-queue loses no finished run. Then rebuild the report:
+# python -m experiments.report.
 # Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a `deposit` run
 # about 2.3 h. The rest of the plan (Task 2 at `long`, faithful Task 2, the
 # faithful deposit runs) costs 2.4-5 h per run here and waits for
@@ -41,5 +43,5 @@ for name in "${NAMES[@]}"; do
 done
 PY=${PYTHON:-python3}
 for name in "${NAMES[@]}"; do
-  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8
+  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8 --git_commit
 done

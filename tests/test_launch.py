@@ -171,7 +171,8 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   assert keys[0] == "distance/learned-long"
   assert all(plan[k].preset in ("long", "deposit") and plan[k].task == "distance"
              for k in keys)
-  assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=8") for line in lines)
+  assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=8 --git_commit")
+             for line in lines)
   one = _run("launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
   assert [line.split("--only=")[1].split()[0]
           for line in one.stdout.strip().splitlines()] == [keys[3], keys[1]]

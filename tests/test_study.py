@@ -1,6 +1,7 @@
 """The study driver: plan, skipping committed runs, collecting, parallel runs with a deadline."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -65,6 +66,41 @@ def test_collect_copies_small_files_only(tmp_path):
   assert got == ["ablation-leak-all.json", "ablation.json", "config.json",
                  "metrics.jsonl", "summary.json"]
   assert study.committed(e, str(tmp_path / "res"))
+
+
+def test_collect_and_commit_commits_only_the_run(tmp_path, monkeypatch):
+  """The run's small files land in one commit; a file staged by someone else
+  stays staged and out of it; outside a repository the files are still
+  collected and the study goes on."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
+                                  capture_output=True, text=True).stdout
+  git("init", "-q")
+  git("config", "user.email", "t@t")
+  git("config", "user.name", "t")
+  (tmp_path / "other.txt").write_text("mine")
+  git("add", "other.txt")
+  e = study.Entry(1, "study", "distance", "rope")
+  wd = tmp_path / "runs" / "distance" / "rope-study"
+  (wd / "ckpt").mkdir(parents=True)
+  for f in ("config.json", "summary.json", "metrics.jsonl", "ablation.json"):
+    (wd / f).write_text("{}")
+  monkeypatch.chdir(tmp_path)
+  assert study.collect_and_commit(e, "runs", "res", commit=True)
+  assert sorted(git("show", "--name-only", "--format=", "HEAD").split()) == [
+      f"res/distance/rope-study/{f}" for f in
+      ("ablation.json", "config.json", "metrics.jsonl", "summary.json")]
+  assert "distance/rope-study" in git("log", "-1", "--format=%s")
+  assert git("diff", "--cached", "--name-only").split() == ["other.txt"]
+  # nothing new to commit: git complains, the study does not fail
+  assert study.git_commit(["res"], "again") != ""
+  outside = tmp_path / "outside"
+  (outside / "runs").mkdir(parents=True)
+  shutil.copytree(wd, outside / "runs" / "distance" / "rope-study")
+  monkeypatch.chdir(outside)
+  monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+  assert study.collect_and_commit(e, "runs", "res", commit=True)
+  assert study.committed(e, "res")
+  assert "not a git repository" in study.git_commit(["res"], "x").lower()
 
 
 def test_run_plan_order_failure_and_deadline(tmp_path):
