@@ -35,12 +35,18 @@ flags.DEFINE_enum("split", "test", ["test", "all"],
                   "Evaluate on the test split (default) or train+test (the paper).")
 flags.DEFINE_bool("leak", False, "Reproduce the paper's leak (head H-1 of finished "
                   "layers stays zeroed).")
-flags.DEFINE_integer("mask_chunk", None, "Masks per vmapped batch (memory; default: all "
-                     "of a layer's head masks, 2 frequency masks).")
-flags.DEFINE_integer("seed_group", None, "Memory: vmap this many seeds at a time, the groups "
-                     "one after another in the same program (default: all at once). At the "
-                     "paper preset --seed_group=1 --mask_chunk=1 needs about 6 GiB per "
-                     "program (benchmarks/README.md).")
+flags.DEFINE_string("mask_chunk", "auto", "Memory: masks per vmapped batch, or 'auto' (the "
+                    "default): the widest seed group x mask batch whose compiled program "
+                    "fits 90% of the device's free memory (XLA's memory analysis). "
+                    "--frequencies uses the number given, else 2.")
+flags.DEFINE_string("seed_group", "auto", "Memory: vmap this many seeds at a time, the "
+                    "groups one after another in the same program, or 'auto' (see "
+                    "--mask_chunk). At the paper preset --seed_group=1 --mask_chunk=1 "
+                    "needs about 6 GiB per program (benchmarks/README.md). Numbers are "
+                    "the same whatever the setting.")
+flags.DEFINE_float("memory_gib", None, "With an 'auto' --seed_group/--mask_chunk: the "
+                   "memory the ablation may use (default: 90% of the device's free "
+                   "memory; on a shared GPU say how much is yours).")
 flags.DEFINE_bool("frequencies", False,
                   "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
                   "write ablation-freq.json + a heads x frequencies heatmap per seed "
@@ -77,13 +83,68 @@ def main(argv):
   if FLAGS.examples is not None and FLAGS.examples < 1:
     print("error: --examples must be >= 1", file=sys.stderr)
     return 2
-  if FLAGS.seed_group is not None and FLAGS.seed_group < 1:
-    print("error: --seed_group must be >= 1", file=sys.stderr)
-    return 2
-  if FLAGS.mask_chunk is not None and FLAGS.mask_chunk < 1:
-    print("error: --mask_chunk must be >= 1", file=sys.stderr)
+  for name in ("seed_group", "mask_chunk"):
+    if memory_option(getattr(FLAGS, name)) is None:
+      print(f"error: --{name} must be 'auto' or an integer >= 1, got "
+            f"{getattr(FLAGS, name)!r}", file=sys.stderr)
+      return 2
+  if FLAGS.memory_gib is not None and FLAGS.memory_gib <= 0:
+    print("error: --memory_gib must be > 0", file=sys.stderr)
     return 2
   return max(analyse(wd) for wd in wds)
+
+
+def memory_option(value: str):
+  """``"auto"``, an int >= 1, or None when ``value`` is neither."""
+  if value == "auto":
+    return value
+  try:
+    n = int(value)
+  except ValueError:
+    return None
+  return n if n >= 1 else None
+
+
+def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
+  """``(steps, seed_group, mask_chunk)`` for the ablation: the given numbers,
+  and for each ``"auto"`` the widest that fits the device's free memory
+  (``ablation.fit_memory``); the choice goes to stderr."""
+  from pe_spectral import ablation, train
+  rc, n_train = loaded.rc, loaded.data.train_ids.shape[0]
+  steps_for = lambda g: train.make_steps(rc.model, rc.task, rc.train, n_train, seed_group=g)
+  if "auto" not in (seed_group, mask_chunk):
+    return loaded.steps, seed_group, mask_chunk
+  num_seeds = len(loaded.config["seeds"])
+  num_masks = ablation.masks_per_batch(rc.model, mode=FLAGS.mode, leak=FLAGS.leak,
+                                       method=FLAGS.method)
+  if FLAGS.memory_gib is not None:
+    usable = int(FLAGS.memory_gib * 1024 ** 3)
+    source = "--memory_gib"
+  else:
+    free = train.device_memory_available()
+    if free is None:
+      print("memory auto: the device's free memory is unknown (--memory_gib says it); "
+            "all seeds and masks at once", file=sys.stderr)
+      g = None if seed_group == "auto" else seed_group
+      return steps_for(g), g, None if mask_chunk == "auto" else mask_chunk
+    usable = int(0.9 * free)
+    source = f"90% of {free / 1024 ** 3:.2f} GiB free"
+  # on several devices the seeds are sharded, not grouped (as runner.load_run)
+  groups = ([None] if loaded.mesh is not None
+            else None if seed_group == "auto" else [seed_group])
+  needs = lambda g, c: ablation.ablation_bytes(
+      steps_for(g), loaded.states["params"], ids, labels, mode=FLAGS.mode, leak=FLAGS.leak,
+      mask_chunk=c, method=FLAGS.method)
+  g, c, measured = ablation.fit_memory(
+      needs, num_seeds=num_seeds, num_masks=num_masks, limit_bytes=usable,
+      seed_groups=groups, mask_chunks=None if mask_chunk == "auto" else [mask_chunk])
+  gib = lambda b: f"{b / 1024 ** 3:.2f} GiB"
+  name = lambda g, c: f"--seed_group={g or num_seeds} --mask_chunk={c or num_masks}"
+  tried = "; ".join(f"{name(*gc)}: {gib(b)}" for gc, b in measured.items())
+  verdict = "fits" if measured[(g, c)] <= usable else "does not fit either; trying it"
+  print(f"memory auto: {name(g, c)} {verdict} (usable {gib(usable)}, {source}; "
+        f"tried {tried})", file=sys.stderr)
+  return steps_for(g), g, c
 
 
 def analyse(wd: str) -> int:
@@ -92,16 +153,18 @@ def analyse(wd: str) -> int:
   t0 = time.time()
   with open(os.path.join(wd, "config.json")) as f:  # refused before any restore
     num_seeds = len(json.load(f)["seeds"])
-  if FLAGS.seed_group and num_seeds % FLAGS.seed_group:
-    print(f"error: --seed_group {FLAGS.seed_group} must divide the run's "
+  seed_group, mask_chunk = (memory_option(FLAGS.seed_group),
+                            memory_option(FLAGS.mask_chunk))
+  if seed_group != "auto" and num_seeds % seed_group:
+    print(f"error: --seed_group {seed_group} must divide the run's "
           f"{num_seeds} seeds", file=sys.stderr)
     return 2
   try:
-    config, rc, steps, states, data, step, mesh = runner.load_run(
-        wd, seed_group=FLAGS.seed_group)
+    loaded = runner.load_run(wd, seed_group=None if seed_group == "auto" else seed_group)
   except runner.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  config, rc, steps, states, data, step, mesh = loaded
   ids, labels = data.test_ids, data.test_labels
   if FLAGS.split == "all":
     ids = jnp.concatenate([data.train_ids, data.test_ids])
@@ -112,9 +175,10 @@ def analyse(wd: str) -> int:
             "using all of them", file=sys.stderr)
     ids, labels = ids[:FLAGS.examples], labels[:FLAGS.examples]
   ids, labels = devices.replicate((ids, labels), mesh)
+  steps, seed_group, mask_chunk = fit_memory(loaded, ids, labels, seed_group, mask_chunk)
   res = ablation.ablate_heads(steps, states["params"], ids, labels,
                               mode=FLAGS.mode, leak=FLAGS.leak,
-                              mask_chunk=FLAGS.mask_chunk, method=FLAGS.method)
+                              mask_chunk=mask_chunk, method=FLAGS.method)
   dep = ablation.deposit_scores(res["baseline"], res["ablated"])
   # bounded per-seed scores: percentile-bootstrap CIs over seeds, per layer
   score_ci = [stats.bootstrap_mean_ci(col) for col in dep["score"].T]
@@ -174,7 +238,8 @@ def analyse_frequencies(wd, steps, states, ids, labels, config, rc, step, deposi
   try:
     # L*H*P masks per seed: all of a layer's masks at once needed 45 GB for
     # 8 seeds x 2,000 examples at the cpu preset; 2 at a time fit in a few GB
-    chunk = FLAGS.mask_chunk if FLAGS.mask_chunk is not None else 2
+    given = memory_option(FLAGS.mask_chunk)
+    chunk = given if given != "auto" else 2
     res = ablation.ablate_frequencies(steps, states["params"], ids, labels,
                                       mask_chunk=chunk, method=FLAGS.method)
   except ValueError as e:

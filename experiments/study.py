@@ -218,15 +218,12 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool) 
 def commands(e: Entry, runs_root: str, seeds: int) -> list[list[str]]:
   py = [sys.executable, "-m"]
   wd = os.path.join(runs_root, e.key)
-  # the deposit model's all-masks ablation of 8 seeds allocated 39 GB for ALiBi
-  # (out of memory on a shared H200 and on a 24 GiB CPU); in groups it is the
-  # same numbers in a few GiB
-  mem = ["--seed_group=2", "--mask_chunk=2"] if e.preset == "deposit" else []
+  # ablate sizes its seed groups and mask batches to the free memory (the
+  # deposit model's all-at-once ablation of 8 seeds wanted 39 GB)
   cmds = [py + ["experiments.sweep"] + e.sweep_args(runs_root, seeds),
-          py + ["experiments.ablate", f"--workdir={wd}"] + mem]
+          py + ["experiments.ablate", f"--workdir={wd}"]]
   if e.paper_ablation:
-    cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all",
-                      "--leak", "--mask_chunk=8"] + mem[:1])
+    cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all", "--leak"])
   return cmds
 
 

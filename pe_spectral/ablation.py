@@ -29,7 +29,7 @@ recomputed under the mask).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -160,6 +160,71 @@ def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, meth
       lambda q: all_seeds(q, ids, labels), p))
 
 
+def _method(method: str, leak: bool) -> str:
+  if method not in ("shared", "masked"):
+    raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
+  return "masked" if leak else method  # the leak touches earlier layers: no prefix to share
+
+
+def ablation_bytes(steps, params, ids, labels, *, mode: str = "single", leak: bool = False,
+                   mask_chunk: Optional[int] = None, method: str = "shared") -> int:
+  """Bytes (temporaries + arguments, XLA's ``memory_analysis``) that
+  :func:`ablate_heads` with these options needs; compiles, runs nothing."""
+  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
+  compiled = fn.lower(params, jnp.asarray(ids), jnp.asarray(labels)).compile()
+  m = compiled.memory_analysis()
+  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+
+
+def masks_per_batch(model_cfg, *, mode: str = "single", leak: bool = False,
+                    method: str = "shared") -> int:
+  """How many head masks one vmapped batch holds when ``mask_chunk`` is None:
+  one layer's (``shared``) or all of them (``masked``, and the leak)."""
+  n = head_masks(model_cfg.num_layers, model_cfg.num_heads, mode=mode, leak=leak).shape[0]
+  return n // model_cfg.num_layers if _method(method, leak) == "shared" else n
+
+
+def fit_memory(needs: Callable[[Optional[int], Optional[int]], int], *, num_seeds: int,
+               num_masks: int, limit_bytes: int,
+               seed_groups: Optional[Sequence[Optional[int]]] = None,
+               mask_chunks: Optional[Sequence[Optional[int]]] = None) -> tuple:
+  """The widest ``(seed_group, mask_chunk)`` whose ablation fits ``limit_bytes``.
+
+  Candidates: ``seed_groups`` (default: None -- all seeds in one vmap -- then
+  every smaller divisor of ``num_seeds``) times ``mask_chunks`` (default:
+  None -- all ``num_masks`` -- then halving down to 1), tried from the most
+  work per vmapped batch (seeds x masks) down, so the first fit ends the search
+  (each try compiles once). ``needs(seed_group, mask_chunk)`` gives the bytes.
+
+  Returns ``(seed_group, mask_chunk, measured)``, ``measured`` the bytes of
+  every candidate tried; the narrowest candidate if none fits (the caller warns).
+  """
+  if num_seeds < 1 or num_masks < 1:
+    raise ValueError(f"num_seeds and num_masks must be >= 1, got {num_seeds}, {num_masks}")
+  if seed_groups is None:
+    seed_groups = [None] + [d for d in range(num_seeds - 1, 0, -1) if num_seeds % d == 0]
+  if mask_chunks is None:
+    chunks, c = [], num_masks
+    while True:
+      chunks.append(c)
+      if c == 1:
+        break
+      c = -(-c // 2)
+    mask_chunks = [None] + chunks[1:]
+  seeds_of = lambda g: num_seeds if g is None else g
+  masks_of = lambda c: num_masks if c is None else min(c, num_masks)
+  # most work first; among equals the wider mask batch, then one vmap of all seeds
+  order = sorted(((g, c) for g in seed_groups for c in mask_chunks),
+                 key=lambda gc: (-seeds_of(gc[0]) * masks_of(gc[1]), -masks_of(gc[1]),
+                                 gc[0] is not None, gc[1] is not None))
+  measured = {}
+  for gc in order:
+    measured[gc] = int(needs(*gc))
+    if measured[gc] <= limit_bytes:
+      return gc[0], gc[1], measured
+  return order[-1][0], order[-1][1], measured
+
+
 def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
                  leak: bool = False, mask_chunk: Optional[int] = None,
                  method: str = "shared") -> dict:
@@ -178,12 +243,8 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
   Returns:
     ``{"baseline": [seeds], "ablated": [seeds, layers, heads]}`` (NumPy).
   """
-  if method not in ("shared", "masked"):
-    raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
-  if leak and method == "shared":
-    method = "masked"  # the leak touches earlier layers: no prefix to share
   cfg = steps.model_cfg
-  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, method)
+  fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
   base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
   base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
@@ -251,8 +312,7 @@ def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] 
   Raises ValueError for a model without a rotation on standard heads.
   """
   from pe_spectral.model import check_freq_mask
-  if method not in ("shared", "masked"):
-    raise ValueError(f"method must be 'shared' or 'masked', got {method!r}")
+  method = _method(method, False)
   cfg = steps.model_cfg
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
   check_freq_mask(cfg, jnp.ones((L, H, P)))

@@ -476,6 +476,25 @@ def device_memory_limit(device=None) -> Optional[int]:
   return None
 
 
+def device_memory_available(device=None) -> Optional[int]:
+  """Bytes a new program may still use: on a CPU the kernel's ``MemAvailable``
+  (other processes share the machine's memory), capped by
+  :func:`device_memory_limit`; elsewhere :func:`device_memory_limit`."""
+  device = device or jax.devices()[0]
+  limit = device_memory_limit(device)
+  if device.platform != "cpu":
+    return limit
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          avail = int(line.split()[1]) * 1024
+          return avail if limit is None else min(avail, limit)
+  except (OSError, ValueError, IndexError):
+    pass
+  return limit
+
+
 def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
                     limit_bytes: Optional[int] = None, margin: float = 0.9,
                     notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:

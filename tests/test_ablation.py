@@ -110,6 +110,55 @@ def test_bounded_deposit_score_against_a_per_layer_loop():
   assert (got["score"] > 1).any()  # the original definition leaves the range here
 
 
+def test_fit_memory_picks_the_widest_candidate_that_fits():
+  """Against brute force: among all (seed group, mask chunk) candidates, the
+  choice fits and no fitting candidate does more work per batch; the search
+  stops at the first fit; with nothing fitting, the narrowest."""
+  import itertools
+  cost = {}
+  rng = np.random.default_rng(0)
+  needs = lambda g, c: cost.setdefault((g, c), (g or 8) * (c or 6) * 100 + rng.integers(50))
+  widths = lambda g, c: (g or 8) * min(c or 6, 6)
+  for limit in (99, 150, 450, 1300, 2500, 5000):
+    cost.clear()
+    g, c, measured = ablation.fit_memory(needs, num_seeds=8, num_masks=6, limit_bytes=limit)
+    every = list(itertools.product([None, 4, 2, 1], [None, 3, 2, 1]))
+    fits = [gc for gc in every if needs(*gc) <= limit]
+    if fits:
+      assert needs(g, c) <= limit
+      assert widths(g, c) == max(widths(*gc) for gc in fits)
+      assert list(measured)[-1] == (g, c)
+      assert all(needs(*gc) > limit for gc in list(measured)[:-1])
+    else:
+      assert (g, c) == (1, 1) and len(measured) == len(every)
+  assert ablation.fit_memory(needs, num_seeds=8, num_masks=6, limit_bytes=10 ** 9)[:2] == (
+      None, None)
+  # a fixed choice restricts the search to it
+  g, c, _ = ablation.fit_memory(needs, num_seeds=8, num_masks=6, limit_bytes=1300,
+                                seed_groups=[2])
+  assert g == 2 and c in (None, 3, 2, 1) and needs(g, c) <= 1300
+
+
+def test_ablation_bytes_shrink_with_smaller_groups(trained):
+  """XLA's measured bytes: one seed and one mask at a time need less than all
+  at once (the reason --seed_group/--mask_chunk exist), and the memory
+  options leave the accuracies unchanged."""
+  tr, states, data = trained
+  params, ids, labels = states["params"], data.test_ids, data.test_labels
+  n = ablation.masks_per_batch(tr.model_cfg)
+  assert n == tr.model_cfg.num_heads
+  assert ablation.masks_per_batch(tr.model_cfg, leak=True) == (
+      tr.model_cfg.num_layers * tr.model_cfg.num_heads)
+  one = train.make_steps(tr.model_cfg, tr.task_cfg, tr.train_cfg, data.train_ids.shape[0],
+                         seed_group=1)
+  wide = ablation.ablation_bytes(tr, params, ids, labels)
+  narrow = ablation.ablation_bytes(one, params, ids, labels, mask_chunk=1)
+  assert 0 < narrow < wide
+  a = ablation.ablate_heads(tr, params, ids, labels)
+  b = ablation.ablate_heads(one, params, ids, labels, mask_chunk=1)
+  np.testing.assert_allclose(b["ablated"], a["ablated"], atol=1e-6)
+
+
 def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   import json
   import os
@@ -139,6 +188,18 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   # the restored checkpoint reproduces the sweep's final test accuracy
   assert res["baseline"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
   assert os.path.getsize(os.path.join(wd, "ablation.png")) > 1000
+  assert "memory auto: --seed_group=2 --mask_chunk=2 fits" in out.stderr  # tiny: all at once
+  # a budget nothing fits: the narrowest program, said so, the same numbers
+  tight = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
+                          "--memory_gib=1e-6"], capture_output=True, text=True)
+  assert tight.returncode == 0, tight.stderr[-2000:]
+  assert "memory auto: --seed_group=1 --mask_chunk=1 does not fit either" in tight.stderr
+  with open(os.path.join(wd, "ablation.json")) as f:
+    np.testing.assert_allclose(json.load(f)["ablated"], res["ablated"], atol=1e-6)
+  for flag in ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0"):
+    bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}", flag],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:"), (flag, bad.stderr)
   bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
                         "--seed_group=3"], capture_output=True, text=True)
   assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
