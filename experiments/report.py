@@ -223,10 +223,10 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
   return out
 
 
-def missing_txt(specs) -> str:
+def missing_txt(specs, lead: str = "waits for") -> str:
   """The runs a claim's row still waits for, by their study-plan names
   (``python -m experiments.study --only=<name>`` runs one) and priority, in
-  the plan's order."""
+  the plan's order, after ``lead``."""
   from experiments import study
   found = [(study.entry_for(spec), spec) for spec in specs]
   order = {e.key: i for i, e in enumerate(study.PLAN)}
@@ -235,7 +235,7 @@ def missing_txt(specs) -> str:
                               key=lambda f: order[f[0].key])]
   parts += [f"{spec['task']}/{spec['pe']} at {spec['preset']} (not in the study plan)"
             for e, spec in found if e is None]
-  return ("waits for " + ", ".join(parts)) if parts else ""
+  return (f"{lead} " + ", ".join(parts)) if parts else ""
 
 
 def verdict_section(runs, ceil=None) -> list[str]:
@@ -256,6 +256,7 @@ def verdict_section(runs, ceil=None) -> list[str]:
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
            "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
            "A row that waits for runs names them as the study plan does "
+           "(a refuted one names those still to come, which cannot undo it) "
            "(`python -m experiments.study --list`; P = its priority).", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
            "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
@@ -270,7 +271,10 @@ def verdict_section(runs, ceil=None) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    wait = missing_txt(c.get("missing", []))
+    # one converged refutation decides a claim; the runs still to come cannot undo it
+    wait = missing_txt(c.get("missing", []),
+                       "not run yet (they cannot change a refutation):"
+                       if c["verdict"] == "refuted" else "waits for")
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     task = "count" if c["id"] in ("b", "d") else "distance"

@@ -217,3 +217,26 @@ def test_report_without_runs_fails(tmp_path):
                         f"--runs={tmp_path}", f"--out={tmp_path / 'R.md'}"],
                        capture_output=True, text=True)
   assert res.returncode == 2 and "no runs" in res.stderr
+
+
+def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
+  """One converged rival beating RoPE refutes (a) while the plan's other
+  rivals are still to run: the row names them as unable to change the
+  verdict, not as runs it waits for; an undecided row still waits."""
+  runs = str(tmp_path / "runs")
+  _fixture_run(runs, "distance", "rope-study", "rope", [0.97, 0.96, 0.98])
+  _fixture_run(runs, "distance", "learned-study", "learned", [0.99, 0.985, 0.995])
+  out = tmp_path / "RESULTS.md"
+  res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
+                        f"--out={out}", f"--figdir={tmp_path / 'fig'}",
+                        f"--lengths={tmp_path / 'none'}", f"--thesis={tmp_path / 'none'}",
+                        f"--thesis_count={tmp_path / 'none'}"], capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr[-2000:]
+  rows = [line for line in out.read_text().splitlines() if line.startswith("| (")]
+  a = [line for line in rows if line.startswith("| (a) ") and "| clean | study |" in line][0]
+  assert "rope − learned: -2.0" in a and "| **refuted** |" in a
+  assert "<br>not run yet (they cannot change a refutation): `distance/" in a
+  assert "`distance/alibi-study` (P1)" in a
+  assert "waits for" not in a
+  a2 = [line for line in rows if line.startswith("| (a2) ") and "| clean | study |" in line][0]
+  assert "waits for `distance/partial_rope-k1-study` (P1)" in a2
