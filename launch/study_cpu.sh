@@ -19,22 +19,22 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 QUEUE=(
-  distance/learned-long                  # alone it can refute (a) at long
+  distance/learned-long                  # alone it refuted (a) at long (committed)
   distance/rope-faithful-long            # with the next: (a2), faithful
   distance/partial_rope-k1-faithful-long
   distance/rope_sinusoidal-faithful-long # (a)'s faithful reference at long
-  distance/alibi-long                    # the rest of (a) at long, clean
-  distance/relative-long
-  distance/nope-long
-  distance/sinusoidal-long
-  distance/rope_sinusoidal-long
-  distance/mla-long
   distance/alibi_multiplicative-deposit  # (g): the deposit with 8 heads per layer
   distance/rope_additive-deposit
   distance/xpos-deposit
   distance/p_rope-deposit
   distance/relative-deposit
   distance/kerple_log-deposit
+  distance/alibi-long                    # the rest of (a) at long, clean: they fill in
+  distance/relative-long                 # the table but cannot undo learned's refutation
+  distance/nope-long
+  distance/sinusoidal-long
+  distance/rope_sinusoidal-long
+  distance/mla-long
 )
 NAMES=("$@")
 if [[ ${#NAMES[@]} -eq 0 ]]; then NAMES=("${QUEUE[@]}"); fi
