@@ -47,6 +47,10 @@ flags.DEFINE_string("seed_group", "auto", "Memory: vmap this many seeds at a tim
 flags.DEFINE_float("memory_gib", None, "With an 'auto' --seed_group/--mask_chunk: the "
                    "memory the ablation may use (default: 90% of the device's free "
                    "memory; on a shared GPU say how much is yours).")
+flags.DEFINE_float("memory_fraction", 1.0, "With an 'auto' --seed_group/--mask_chunk and no "
+                   "--memory_gib: the share of the device this process may use (several "
+                   "processes on one GPU each see all of it; experiments.study --workers=N "
+                   "passes 1/N).")
 flags.DEFINE_bool("frequencies", False,
                   "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
                   "write ablation-freq.json + a heads x frequencies heatmap per seed "
@@ -91,6 +95,9 @@ def main(argv):
   if FLAGS.memory_gib is not None and FLAGS.memory_gib <= 0:
     print("error: --memory_gib must be > 0", file=sys.stderr)
     return 2
+  if not 0 < FLAGS.memory_fraction <= 1:
+    print("error: --memory_fraction must be in (0, 1]", file=sys.stderr)
+    return 2
   return max(analyse(wd) for wd in wds)
 
 
@@ -127,8 +134,9 @@ def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
             "all seeds and masks at once", file=sys.stderr)
       g = None if seed_group == "auto" else seed_group
       return steps_for(g), g, None if mask_chunk == "auto" else mask_chunk
-    usable = int(0.9 * free)
-    source = f"90% of {free / 1024 ** 3:.2f} GiB free"
+    usable = int(0.9 * FLAGS.memory_fraction * free)
+    source = f"90% of {free / 1024 ** 3:.2f} GiB free" + (
+        f" x --memory_fraction={FLAGS.memory_fraction:g}" if FLAGS.memory_fraction < 1 else "")
   # on several devices the seeds are sharded, not grouped (as runner.load_run)
   groups = ([None] if loaded.mesh is not None
             else None if seed_group == "auto" else [seed_group])

@@ -215,15 +215,18 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool) 
   return True
 
 
-def commands(e: Entry, runs_root: str, seeds: int) -> list[list[str]]:
+def commands(e: Entry, runs_root: str, seeds: int, workers: int = 1) -> list[list[str]]:
   py = [sys.executable, "-m"]
   wd = os.path.join(runs_root, e.key)
   # ablate sizes its seed groups and mask batches to the free memory (the
-  # deposit model's all-at-once ablation of 8 seeds wanted 39 GB)
+  # deposit model's all-at-once ablation of 8 seeds wanted 39 GB); with
+  # several runs on one device, each to its share of it
+  share = [f"--memory_fraction={1 / workers:.4g}"] if workers > 1 else []
   cmds = [py + ["experiments.sweep"] + e.sweep_args(runs_root, seeds),
-          py + ["experiments.ablate", f"--workdir={wd}"]]
+          py + ["experiments.ablate", f"--workdir={wd}"] + share]
   if e.paper_ablation:
-    cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all", "--leak"])
+    cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all", "--leak"]
+                + share)
   return cmds
 
 
@@ -338,7 +341,7 @@ def main(argv):
     return 0
   on_done = (lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
                                           commit=FLAGS.git_commit)) if FLAGS.collect else None
-  _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds),
+  _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers),
                           log_dir=os.path.join(FLAGS.runs, "logs"), workers=FLAGS.workers,
                           deadline_s=FLAGS.deadline_s, grace_s=FLAGS.grace_s,
                           on_done=on_done)

@@ -196,7 +196,13 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert "memory auto: --seed_group=1 --mask_chunk=1 does not fit either" in tight.stderr
   with open(os.path.join(wd, "ablation.json")) as f:
     np.testing.assert_allclose(json.load(f)["ablated"], res["ablated"], atol=1e-6)
-  for flag in ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0"):
+  share = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
+                          "--memory_fraction=1e-15"], capture_output=True, text=True)
+  assert share.returncode == 0, share.stderr[-2000:]
+  assert "--mask_chunk=1 does not fit either" in share.stderr
+  assert "x --memory_fraction=1e-15" in share.stderr
+  for flag in ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0", "--memory_fraction=0",
+               "--memory_fraction=1.5"):
     bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}", flag],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:"), (flag, bad.stderr)
