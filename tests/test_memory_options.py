@@ -302,3 +302,14 @@ def test_auto_seed_group_follows_the_compiled_programs_memory():
   assert got == 2 and "4 seeds, 2 at a time" in notes[0]
   assert auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
                          limit_bytes=four, margin=1.0) is None  # all fit: one vmap
+
+
+def test_cpu_memory_available_is_what_the_kernel_says_is_free():
+  """On a CPU the free memory, not the machine's total: at least (nearly) the
+  pages the kernel reports free (MemAvailable also counts reclaimable cache),
+  at most physical memory."""
+  import os
+  from pe_spectral.train import device_memory_available, device_memory_limit
+  free_pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  avail = device_memory_available()
+  assert 0.8 * free_pages <= avail <= device_memory_limit()
