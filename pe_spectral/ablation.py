@@ -170,10 +170,25 @@ def ablation_bytes(steps, params, ids, labels, *, mode: str = "single", leak: bo
                    mask_chunk: Optional[int] = None, method: str = "shared") -> int:
   """Bytes (temporaries + arguments, XLA's ``memory_analysis``) that
   :func:`ablate_heads` with these options needs; compiles, runs nothing."""
+  from pe_spectral.train import needed_bytes
   fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
-  compiled = fn.lower(params, jnp.asarray(ids), jnp.asarray(labels)).compile()
-  m = compiled.memory_analysis()
-  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
+  return needed_bytes(_compiled(fn, params, jnp.asarray(ids), jnp.asarray(labels)))
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(fn, *args):
+  """``fn`` lowered and compiled for ``args``' types and placements, kept (a
+  few) so that :func:`ablate_heads` runs the very executable that
+  :func:`ablation_bytes` measured instead of compiling it again."""
+  key = (fn, jax.tree.structure(args),
+         tuple((jax.typeof(x), x.sharding) for x in jax.tree.leaves(args)))
+  if key not in _COMPILED:
+    if len(_COMPILED) >= 8:
+      _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[key] = fn.lower(*args).compile()
+  return _COMPILED[key]
 
 
 def masks_per_batch(model_cfg, *, mode: str = "single", leak: bool = False,
@@ -217,12 +232,9 @@ def fit_memory(needs: Callable[[Optional[int], Optional[int]], int], *, num_seed
   order = sorted(((g, c) for g in seed_groups for c in mask_chunks),
                  key=lambda gc: (-seeds_of(gc[0]) * masks_of(gc[1]), -masks_of(gc[1]),
                                  gc[0] is not None, gc[1] is not None))
-  measured = {}
-  for gc in order:
-    measured[gc] = int(needs(*gc))
-    if measured[gc] <= limit_bytes:
-      return gc[0], gc[1], measured
-  return order[-1][0], order[-1][1], measured
+  from pe_spectral.train import first_fit
+  (g, c), measured = first_fit(order, lambda gc: needs(*gc), limit_bytes)
+  return g, c, measured
 
 
 def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
@@ -245,7 +257,8 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
   """
   cfg = steps.model_cfg
   fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
-  base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
+  args = (params, jnp.asarray(ids), jnp.asarray(labels))
+  base, abl = _compiled(fn, *args)(*args)
   base, abl = devices.fetch(base), devices.fetch(abl)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
 

@@ -413,7 +413,7 @@ def compile_eval(steps: Steps, num_seeds: int, num_examples: int):
   return jit_evaluate(steps).lower(params, *data_shapes(steps, num_examples)).compile()
 
 
-def _needed_bytes(compiled) -> int:
+def needed_bytes(compiled) -> int:
   """Temporaries plus arguments of a compiled program (XLA's ``memory_analysis``)."""
   m = compiled.memory_analysis()
   return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
@@ -423,12 +423,12 @@ def chunk_bytes(steps: Steps, num_seeds: int, *, num_steps: int = 2) -> int:
   """Bytes the compiled training chunk needs for ``num_seeds`` seeds
   (:func:`compile_chunk`). Its length hardly matters: the steps run in a
   ``lax.scan``."""
-  return _needed_bytes(compile_chunk(steps, num_seeds, num_steps=num_steps))
+  return needed_bytes(compile_chunk(steps, num_seeds, num_steps=num_steps))
 
 
 def eval_bytes(steps: Steps, num_seeds: int, num_examples: int) -> int:
   """Bytes of the compiled evaluation of ``num_examples`` examples."""
-  return _needed_bytes(compile_eval(steps, num_seeds, num_examples))
+  return needed_bytes(compile_eval(steps, num_seeds, num_examples))
 
 
 @functools.lru_cache(maxsize=64)
@@ -442,6 +442,18 @@ def group_bytes(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: in
              eval_bytes(steps, num_seeds, train_cfg.eval_batch_size))
 
 
+def first_fit(candidates, needs: Callable, limit_bytes: int) -> tuple:
+  """The first of ``candidates`` (widest first) with ``needs(c) <= limit_bytes``,
+  and the bytes measured ``{c: bytes}``; the last candidate if none fits (the
+  caller warns). Each measurement compiles once, so the first fit ends the search."""
+  measured = {}
+  for c in candidates:
+    measured[c] = int(needs(c))
+    if measured[c] <= limit_bytes:
+      return c, measured
+  return c, measured
+
+
 def choose_seed_group(num_seeds: int, needs: Callable[[int], int],
                       limit_bytes: int) -> tuple[int, dict]:
   """The largest divisor ``g`` of ``num_seeds`` with ``needs(g) <= limit_bytes``
@@ -449,12 +461,8 @@ def choose_seed_group(num_seeds: int, needs: Callable[[int], int],
   bytes measured ``{g: bytes}``. If not even 1 fits, 1 (the caller warns)."""
   if num_seeds < 1:
     raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
-  measured = {}
-  for g in (d for d in range(num_seeds, 0, -1) if num_seeds % d == 0):
-    measured[g] = int(needs(g))
-    if measured[g] <= limit_bytes:
-      return g, measured
-  return 1, measured
+  return first_fit([d for d in range(num_seeds, 0, -1) if num_seeds % d == 0], needs,
+                   limit_bytes)
 
 
 def device_memory_limit(device=None) -> Optional[int]:

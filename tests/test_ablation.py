@@ -154,9 +154,15 @@ def test_ablation_bytes_shrink_with_smaller_groups(trained):
   wide = ablation.ablation_bytes(tr, params, ids, labels)
   narrow = ablation.ablation_bytes(one, params, ids, labels, mask_chunk=1)
   assert 0 < narrow < wide
+  calls = []
+  for key, exe in list(ablation._COMPILED.items()):  # count runs of the measured executables
+    ablation._COMPILED[key] = lambda *a, exe=exe, key=key: calls.append(key) or exe(*a)
+  kept = set(ablation._COMPILED)
   a = ablation.ablate_heads(tr, params, ids, labels)
   b = ablation.ablate_heads(one, params, ids, labels, mask_chunk=1)
   np.testing.assert_allclose(b["ablated"], a["ablated"], atol=1e-6)
+  # it ran the two executables it measured, compiling nothing new
+  assert len(calls) == 2 and len(set(calls)) == 2 and set(ablation._COMPILED) == kept
 
 
 def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
