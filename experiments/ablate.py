@@ -124,19 +124,12 @@ def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
   num_seeds = len(loaded.config["seeds"])
   num_masks = ablation.masks_per_batch(rc.model, mode=FLAGS.mode, leak=FLAGS.leak,
                                        method=FLAGS.method)
-  if FLAGS.memory_gib is not None:
-    usable = int(FLAGS.memory_gib * 1024 ** 3)
-    source = "--memory_gib"
-  else:
-    free = train.device_memory_available()
-    if free is None:
-      print("memory auto: the device's free memory is unknown (--memory_gib says it); "
-            "all seeds and masks at once", file=sys.stderr)
-      g = None if seed_group == "auto" else seed_group
-      return steps_for(g), g, None if mask_chunk == "auto" else mask_chunk
-    usable = int(0.9 * FLAGS.memory_fraction * free)
-    source = f"90% of {free / 1024 ** 3:.2f} GiB free" + (
-        f" x --memory_fraction={FLAGS.memory_fraction:g}" if FLAGS.memory_fraction < 1 else "")
+  usable, source = train.memory_budget(memory_gib=FLAGS.memory_gib,
+                                       fraction=FLAGS.memory_fraction)
+  if usable is None:
+    print(f"memory auto: {source}; all seeds and masks at once", file=sys.stderr)
+    g = None if seed_group == "auto" else seed_group
+    return steps_for(g), g, None if mask_chunk == "auto" else mask_chunk
   # on several devices the seeds are sharded, not grouped (as runner.load_run)
   groups = ([None] if loaded.mesh is not None
             else None if seed_group == "auto" else [seed_group])

@@ -218,11 +218,11 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool) 
 def commands(e: Entry, runs_root: str, seeds: int, workers: int = 1) -> list[list[str]]:
   py = [sys.executable, "-m"]
   wd = os.path.join(runs_root, e.key)
-  # ablate sizes its seed groups and mask batches to the free memory (the
-  # deposit model's all-at-once ablation of 8 seeds wanted 39 GB); with
-  # several runs on one device, each to its share of it
+  # training (where its seed groups are sized: GPU/TPU) and the ablation size
+  # themselves to the free memory (the deposit model's all-at-once ablation of
+  # 8 seeds wanted 39 GB); with several runs on one device, each to its share
   share = [f"--memory_fraction={1 / workers:.4g}"] if workers > 1 else []
-  cmds = [py + ["experiments.sweep"] + e.sweep_args(runs_root, seeds),
+  cmds = [py + ["experiments.sweep"] + e.sweep_args(runs_root, seeds) + share,
           py + ["experiments.ablate", f"--workdir={wd}"] + share]
   if e.paper_ablation:
     cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all", "--leak"]

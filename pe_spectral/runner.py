@@ -125,6 +125,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         record_curvature: int = 0,
         progress: Optional[Callable[[dict], None]] = None,
         seed_group: Optional[int] = None,
+        memory_gib: Optional[float] = None, memory_fraction: float = 1.0,
         should_stop: Optional[Callable[[], bool]] = None,
         on_checkpoint: Optional[Callable[[int], None]] = None,
         notify: Callable[[str], None] = _notify_stderr) -> dict:
@@ -149,7 +150,9 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     seed_group: vmap this many seeds at a time, groups one after another in
       the same compiled chunk (single device only; default: all seeds at once).
       ``"auto"``: the widest group whose chunk fits the device's memory
-      (:func:`train.auto_seed_group`; the choice goes to ``notify``).
+      (:func:`train.auto_seed_group`; the choice goes to ``notify``), within
+      ``memory_gib`` if given, else 90 % of ``memory_fraction`` of the device's
+      free memory (N runs sharing one device: 1/N).
       An execution detail: it is not part of the run's config.
     should_stop: polled after each evaluation's checkpoint is saved; when it
       returns True the run stops there and raises :class:`Interrupted`.
@@ -206,7 +209,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
     if seed_group == "auto":
       seed_group = None if mesh is not None else auto_seed_group(
           rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
-          notify=notify)
+          memory_gib=memory_gib, fraction=memory_fraction, notify=notify)
     steps = make_steps(rc.model, rc.task, rc.train, num_train,
                        seed_group=seed_group if mesh is None else None)
     return _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths,

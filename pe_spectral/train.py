@@ -44,8 +44,8 @@ from pe_spectral.tasks import TaskConfig
 __all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Steps",
            "make_steps", "seed_keys", "finite", "jit_init", "jit_chunk", "jit_evaluate",
            "data_shapes", "compile_chunk", "compile_eval", "chunk_bytes", "eval_bytes",
-           "group_bytes", "choose_seed_group", "device_memory_limit", "auto_seed_group",
-           "seed_mesh"]
+           "group_bytes", "first_fit", "choose_seed_group", "device_memory_limit",
+           "device_memory_available", "memory_budget", "auto_seed_group", "seed_mesh"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,30 +503,52 @@ def device_memory_available(device=None) -> Optional[int]:
   return limit
 
 
+def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
+                  margin: float = 0.9, device=None) -> tuple[Optional[int], str]:
+  """The bytes a program of this process may use, and where the number comes
+  from: ``memory_gib`` if given, else ``margin`` x ``fraction`` of the device's
+  free memory (:func:`device_memory_available`; ``fraction`` is this process's
+  share when several share one device). ``(None, reason)`` when unknown."""
+  if memory_gib is not None:
+    if memory_gib <= 0:
+      raise ValueError(f"memory_gib must be > 0, got {memory_gib}")
+    return int(memory_gib * 1024 ** 3), "--memory_gib"
+  if not 0 < fraction <= 1:
+    raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+  free = device_memory_available(device)
+  if free is None:
+    return None, "the device's free memory is unknown (--memory_gib says it)"
+  share = f" x --memory_fraction={fraction:g}" if fraction < 1 else ""
+  return int(margin * fraction * free), f"{margin:.0%} of {free / 1024 ** 3:.2f} GiB free{share}"
+
+
 def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
-                    limit_bytes: Optional[int] = None, margin: float = 0.9,
-                    notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
+                    limit_bytes: Optional[int] = None, memory_gib: Optional[float] = None,
+                    fraction: float = 1.0, notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
   """``seed_group`` for :func:`make_steps`: the widest group of seeds whose
   training chunk's and evaluation's compiled temporaries and arguments
-  (:func:`group_bytes`) fit ``margin`` of the
-  device's memory (:func:`device_memory_limit` unless ``limit_bytes``). None
-  (one vmap over all seeds) when all fit; the choice is reported to ``notify``."""
-  limit = device_memory_limit() if limit_bytes is None else int(limit_bytes)
-  if limit is None:
-    notify("seed group auto: the device's memory is unknown; all seeds in one vmap")
+  (:func:`group_bytes`) fit ``limit_bytes``, by default :func:`memory_budget`'s
+  (``memory_gib``, else 90 % of ``fraction`` of the device's free memory).
+  None (one vmap over all seeds) when all fit; the choice is reported to
+  ``notify``."""
+  source = "given"
+  if limit_bytes is None:
+    limit_bytes, source = memory_budget(memory_gib=memory_gib, fraction=fraction)
+  if limit_bytes is None:
+    notify(f"seed group auto: {source}; all seeds in one vmap")
     return None
-  usable = int(margin * limit)
+  usable = int(limit_bytes)
   needs = lambda g: group_bytes(model_cfg, task_cfg, train_cfg, num_train=num_train,
                                 num_seeds=num_seeds,
                                 seed_group=None if g == num_seeds else g)
   g, measured = choose_seed_group(num_seeds, needs, usable)
   gib = lambda b: f"{b / 1024 ** 3:.2f} GiB" if b >= 1024 ** 3 else f"{b / 1024 ** 2:.0f} MiB"
   tried = ", ".join(f"{k} at a time {gib(v)}" for k, v in measured.items())
+  where = f"usable {gib(usable)}, {source}"
   if measured[g] > usable:
     notify(f"seed group auto: even one seed at a time needs {gib(measured[g])}, more than "
-           f"the {gib(usable)} usable ({margin:.0%} of {gib(limit)}); trying anyway "
+           f"the {where}; trying anyway "
            f"(the memory options --remat and --attention_block shrink it)")
   else:
-    notify(f"seed group auto: {num_seeds} seeds, {g} at a time ({tried}; usable "
-           f"{gib(usable)} = {margin:.0%} of {gib(limit)})")
+    notify(f"seed group auto: {num_seeds} seeds, {g} at a time ({tried}; {where})")
   return None if g == num_seeds else g

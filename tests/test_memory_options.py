@@ -298,10 +298,14 @@ def test_auto_seed_group_follows_the_compiled_programs_memory():
   assert two < four
   notes = []
   got = auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
-                        limit_bytes=(two + four) // 2, margin=1.0, notify=notes.append)
+                        limit_bytes=(two + four) // 2, notify=notes.append)
   assert got == 2 and "4 seeds, 2 at a time" in notes[0]
   assert auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
-                         limit_bytes=four, margin=1.0) is None  # all fit: one vmap
+                         limit_bytes=four) is None  # all fit: one vmap
+  # the budget in GiB, as the sweep's --memory_gib passes it
+  gib = lambda b: b / 1024 ** 3
+  assert auto_seed_group(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
+                         memory_gib=gib((two + four) // 2)) == 2
 
 
 def test_cpu_memory_available_is_what_the_kernel_says_is_free():
@@ -313,3 +317,21 @@ def test_cpu_memory_available_is_what_the_kernel_says_is_free():
   free_pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   avail = device_memory_available()
   assert 0.8 * free_pages <= avail < device_memory_limit()  # never the total
+
+
+def test_memory_budget_is_the_given_size_or_a_share_of_the_free_memory(monkeypatch):
+  """--memory_gib exactly; else 90 % of this process's share of the free
+  memory (N processes on one device: 1/N each); unknown memory says so."""
+  from pe_spectral import train
+  monkeypatch.setattr(train, "device_memory_available", lambda device=None: 40 * 1024 ** 3)
+  assert train.memory_budget(memory_gib=1.5) == (int(1.5 * 1024 ** 3), "--memory_gib")
+  usable, source = train.memory_budget()
+  assert usable == int(0.9 * 40 * 1024 ** 3) and "90% of 40.00 GiB free" in source
+  usable, source = train.memory_budget(fraction=0.25)
+  assert usable == int(0.9 * 10 * 1024 ** 3) and "--memory_fraction=0.25" in source
+  for bad in (dict(memory_gib=0), dict(memory_gib=-1), dict(fraction=0), dict(fraction=1.5)):
+    with pytest.raises(ValueError):
+      train.memory_budget(**bad)
+  monkeypatch.setattr(train, "device_memory_available", lambda device=None: None)
+  usable, source = train.memory_budget()
+  assert usable is None and "unknown" in source

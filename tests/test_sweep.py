@@ -254,6 +254,9 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--seed_group=-1"], "--seed_group must be >= 0"),
     (["--seed_group=half"], "--seed_group must be an int >= 0 or auto"),
     (["--attention_block=0"], "attention_block must be an int >= 1"),
+    (["--memory_gib=0"], "--memory_gib must be > 0"),
+    (["--memory_fraction=0"], "--memory_fraction must be in (0, 1]"),
+    (["--memory_fraction=1.5"], "--memory_fraction must be in (0, 1]"),
     (["--dtype=float16"], "value should be one of"),
     (["--config.model.d_ff=abc"], "--config.model.d_ff takes an int, got 'abc'"),
     (["--config.model.pe=nope"], "--config.model.pe cannot be set: use --pe"),
@@ -318,3 +321,14 @@ def test_seed_group_default_follows_backend():
   assert sweep.resolve_seed_group(0) is None  # one vmap over all seeds
   assert sweep.resolve_seed_group(2) == 2
   assert sweep.resolve_seed_group("2") == 2 and sweep.resolve_seed_group("AUTO") == "auto"
+
+
+def test_auto_seed_group_sizes_to_the_share_given_on_the_command_line(tmp_path):
+  """--memory_fraction reaches the training's seed-group choice: a share that
+  nothing fits leaves one seed at a time, said so with the share."""
+  out = _sweep("--preset=smoke", "--seeds=2", "--steps=2", "--eval_every=2",
+               "--seed_group=auto", "--memory_fraction=1e-15",
+               f"--workdir={tmp_path / 'run'}")
+  assert "seed group auto: even one seed at a time needs" in out.stderr, out.stderr[-2000:]
+  assert "--memory_fraction=1e-15" in out.stderr
+  assert os.path.exists(tmp_path / "run" / "summary.json")
