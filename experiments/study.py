@@ -186,16 +186,31 @@ def collect(e: Entry, runs_root: str, results: str) -> bool:
   return True
 
 
-def git_commit(paths: list[str], message: str, cwd: str = ".") -> str:
+def git_commit(paths: list[str], message: str, cwd: str = ".", *, tries: int = 6,
+               wait_s: float = 5.0) -> str:
   """Commits ``paths`` (and nothing else the index holds) to the repository at
-  ``cwd``; returns "" on success, else git's complaint (the files stay, ready to
-  commit by hand: a study must not stop because git was busy)."""
+  ``cwd``; returns "" on success or when they are already committed unchanged,
+  else git's complaint (the files stay, ready to commit by hand: a study must
+  not stop because git was busy). A git command that finds the index locked
+  (someone committing beside the study) is retried up to ``tries`` times,
+  ``wait_s`` apart."""
+  def git(cmd):
+    for attempt in range(tries):
+      res = subprocess.run(["git", *cmd], cwd=cwd, capture_output=True, text=True)
+      if res.returncode == 0 or "index.lock" not in res.stderr or attempt == tries - 1:
+        return res
+      time.sleep(wait_s)
+  def complaint(res, what):
+    return (res.stderr or res.stdout).strip() or f"git {what} exited {res.returncode}"
   try:
-    for cmd in (["git", "add", "--", *paths],
-                ["git", "commit", "--quiet", "-m", message, "--only", "--", *paths]):
-      res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-      if res.returncode != 0:
-        return (res.stderr or res.stdout).strip() or f"{cmd[1]} exited {res.returncode}"
+    res = git(["add", "--", *paths])
+    if res.returncode != 0:
+      return complaint(res, "add")
+    if git(["diff", "--cached", "--quiet", "--", *paths]).returncode == 0:
+      return ""  # nothing new under paths: already committed
+    res = git(["commit", "--quiet", "-m", message, "--only", "--", *paths])
+    if res.returncode != 0:
+      return complaint(res, "commit")
   except OSError as err:
     return str(err)
   return ""

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 from experiments import study
 
@@ -91,8 +92,24 @@ def test_collect_and_commit_commits_only_the_run(tmp_path, monkeypatch):
       ("ablation.json", "config.json", "metrics.jsonl", "summary.json")]
   assert "distance/rope-study" in git("log", "-1", "--format=%s")
   assert git("diff", "--cached", "--name-only").split() == ["other.txt"]
-  # nothing new to commit: git complains, the study does not fail
-  assert study.git_commit(["res"], "again") != ""
+  # nothing new to commit: already done, no empty commit
+  head = git("rev-parse", "HEAD")
+  assert study.git_commit(["res"], "again") == "" and git("rev-parse", "HEAD") == head
+  # the index locked by someone committing beside the study: waits, then commits
+  (wd / "summary.json").write_text('{"changed": 1}')
+  study.collect(e, "runs", "res")
+  lock = tmp_path / ".git" / "index.lock"
+  lock.write_text("")
+  timer = threading.Timer(0.5, lock.unlink)
+  timer.start()
+  try:
+    assert study.git_commit(["res"], "after the lock", wait_s=0.2, tries=30) == ""
+  finally:
+    timer.join()
+  assert git("log", "-1", "--format=%s").strip() == "after the lock"
+  lock.write_text("")  # held for good: git's complaint comes back, nothing stops
+  assert "index.lock" in study.git_commit(["res"], "x", wait_s=0.01, tries=2)
+  lock.unlink()
   outside = tmp_path / "outside"
   (outside / "runs").mkdir(parents=True)
   shutil.copytree(wd, outside / "runs" / "distance" / "rope-study")
