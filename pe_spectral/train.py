@@ -524,7 +524,8 @@ def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
 
 def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
                     limit_bytes: Optional[int] = None, memory_gib: Optional[float] = None,
-                    fraction: float = 1.0, notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
+                    fraction: float = 1.0,
+                    notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
   """``seed_group`` for :func:`make_steps`: the widest group of seeds whose
   training chunk's and evaluation's compiled temporaries and arguments
   (:func:`group_bytes`) fit ``limit_bytes``, by default :func:`memory_budget`'s
