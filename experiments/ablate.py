@@ -44,13 +44,7 @@ flags.DEFINE_string("seed_group", "auto", "Memory: vmap this many seeds at a tim
                     "--mask_chunk). At the paper preset --seed_group=1 --mask_chunk=1 "
                     "needs about 6 GiB per program (benchmarks/README.md). Numbers are "
                     "the same whatever the setting.")
-flags.DEFINE_float("memory_gib", None, "With an 'auto' --seed_group/--mask_chunk: the "
-                   "memory the ablation may use (default: 90% of the device's free "
-                   "memory; on a shared GPU say how much is yours).")
-flags.DEFINE_float("memory_fraction", 1.0, "With an 'auto' --seed_group/--mask_chunk and no "
-                   "--memory_gib: the share of the device this process may use (several "
-                   "processes on one GPU each see all of it; experiments.study --workers=N "
-                   "passes 1/N).")
+cli.define_memory_flags("With an 'auto' --seed_group/--mask_chunk", "the ablation")
 flags.DEFINE_bool("frequencies", False,
                   "Also knock out each (layer, head, rotary pair)'s rotation (θ_k -> 0) and "
                   "write ablation-freq.json + a heads x frequencies heatmap per seed "
@@ -92,11 +86,8 @@ def main(argv):
       print(f"error: --{name} must be 'auto' or an integer >= 1, got "
             f"{getattr(FLAGS, name)!r}", file=sys.stderr)
       return 2
-  if FLAGS.memory_gib is not None and FLAGS.memory_gib <= 0:
-    print("error: --memory_gib must be > 0", file=sys.stderr)
-    return 2
-  if not 0 < FLAGS.memory_fraction <= 1:
-    print("error: --memory_fraction must be in (0, 1]", file=sys.stderr)
+  if err := cli.memory_flags_error(FLAGS.memory_gib, FLAGS.memory_fraction):
+    print(f"error: {err}", file=sys.stderr)
     return 2
   return max(analyse(wd) for wd in wds)
 

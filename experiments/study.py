@@ -195,11 +195,13 @@ def git_commit(paths: list[str], message: str, cwd: str = ".", *, tries: int = 6
   (someone committing beside the study) is retried up to ``tries`` times,
   ``wait_s`` apart."""
   def git(cmd):
-    for attempt in range(tries):
+    for attempt in range(max(tries, 1)):
+      if attempt:
+        time.sleep(wait_s)
       res = subprocess.run(["git", *cmd], cwd=cwd, capture_output=True, text=True)
-      if res.returncode == 0 or "index.lock" not in res.stderr or attempt == tries - 1:
-        return res
-      time.sleep(wait_s)
+      if res.returncode == 0 or "index.lock" not in res.stderr:
+        break
+    return res
   def complaint(res, what):
     return (res.stderr or res.stdout).strip() or f"git {what} exited {res.returncode}"
   try:

@@ -77,12 +77,7 @@ flags.DEFINE_string("seed_group", None,
                     "fits the device's memory (compiles the candidates; prints the "
                     "choice). Default: 1 on a CPU backend (faster there, "
                     "benchmarks/README.md), auto on GPU/TPU.")
-flags.DEFINE_float("memory_gib", None, "With --seed_group=auto: the memory training may "
-                   "use (default: 90% of the device's free memory; on a shared GPU say how "
-                   "much is yours).")
-flags.DEFINE_float("memory_fraction", 1.0, "With --seed_group=auto and no --memory_gib: the "
-                   "share of the device this process may use (several processes on one GPU "
-                   "each see all of it; experiments.study --workers=N passes 1/N).")
+cli.define_memory_flags("With --seed_group=auto", "training")
 flags.DEFINE_integer("record_spectra", 0,
                      "If > 0: at each eval, record per-layer/head logit spectra on "
                      "this many fixed test examples into spectra.jsonl.")
@@ -162,10 +157,8 @@ def plan_runs():
   group = parse_seed_group(FLAGS.seed_group)
   if isinstance(group, int) and group and FLAGS.seeds % group:
     raise UsageError(f"--seed_group {group} must divide --seeds {FLAGS.seeds}")
-  if FLAGS.memory_gib is not None and not FLAGS.memory_gib > 0:
-    raise UsageError(f"--memory_gib must be > 0, got {FLAGS.memory_gib}")
-  if not 0 < FLAGS.memory_fraction <= 1:
-    raise UsageError(f"--memory_fraction must be in (0, 1], got {FLAGS.memory_fraction}")
+  if err := cli.memory_flags_error(FLAGS.memory_gib, FLAGS.memory_fraction):
+    raise UsageError(err)
   if FLAGS.record_spectra < 0:
     raise UsageError("--record_spectra must be >= 0")
   if FLAGS.record_curvature < 0:

@@ -13,7 +13,7 @@ from typing import Callable
 from absl import app
 
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
-           "checked_workdirs"]
+           "checked_workdirs", "define_memory_flags", "memory_flags_error"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -70,6 +70,31 @@ def config_overrides(flag_values=None) -> dict:
     except ValueError as e:
       raise app.UsageError(str(e)) from None
   return out
+
+
+def define_memory_flags(when: str, program: str) -> None:
+  """``--memory_gib`` and ``--memory_fraction``: the memory budget
+  (``train.memory_budget``) that ``program`` sizes itself against ``when``
+  (e.g. "With --seed_group=auto")."""
+  from absl import flags
+  # listed by --help with the launcher's own flags (absl names __main__ by argv[0])
+  main = dict(module_name=sys.argv[0])
+  flags.DEFINE_float("memory_gib", None, f"{when}: the memory {program} may use (default: "
+                     "90% of the device's free memory; on a shared GPU say how much is yours).",
+                     **main)
+  flags.DEFINE_float("memory_fraction", 1.0, f"{when} and no --memory_gib: the share of the "
+                     "device this process may use (several processes on one GPU each see all "
+                     "of it; experiments.study --workers=N passes 1/N).", **main)
+
+
+def memory_flags_error(memory_gib, fraction) -> "str | None":
+  """What is wrong with a memory budget's ``--memory_gib`` / ``--memory_fraction``
+  values, or None."""
+  if memory_gib is not None and not memory_gib > 0:
+    return f"--memory_gib must be > 0, got {memory_gib}"
+  if not 0 < fraction <= 1:
+    return f"--memory_fraction must be in (0, 1], got {fraction}"
+  return None
 
 
 def run(main: Callable[[list], int]) -> None:

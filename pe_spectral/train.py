@@ -509,12 +509,11 @@ def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
   from: ``memory_gib`` if given, else ``margin`` x ``fraction`` of the device's
   free memory (:func:`device_memory_available`; ``fraction`` is this process's
   share when several share one device). ``(None, reason)`` when unknown."""
+  from pe_spectral.cli import memory_flags_error
+  if err := memory_flags_error(memory_gib, fraction):
+    raise ValueError(err)
   if memory_gib is not None:
-    if memory_gib <= 0:
-      raise ValueError(f"memory_gib must be > 0, got {memory_gib}")
     return int(memory_gib * 1024 ** 3), "--memory_gib"
-  if not 0 < fraction <= 1:
-    raise ValueError(f"fraction must be in (0, 1], got {fraction}")
   free = device_memory_available(device)
   if free is None:
     return None, "the device's free memory is unknown (--memory_gib says it)"
