@@ -12,7 +12,9 @@ seen against the paper's budget, learning curves from the committed
 metrics, paired comparisons on shared seeds; then the deposit analysis with
 per-seed heatmaps and the clean vs paper-style ablation side by side; then
 length generalisation from ``--lengths`` (``<run>/lengths*.json`` of
-``experiments.lengths``, committed by ``launch/lengths_cpu.sh``).
+``experiments.lengths``, committed by ``launch/lengths_cpu.sh``); the
+faithful Task 2 pilots of ``--pilots`` (``<pilot>/``), which label the
+faithful Task 2 rows that have no runs (docs/study.md, sixth amendment).
 Hand-written notes after the marker line are kept. Figures go to
 ``--figdir``.
 """
@@ -39,6 +41,10 @@ flags.DEFINE_string("runs", os.path.join("results", "runs"),
 flags.DEFINE_string("out", "RESULTS.md", "Markdown file to write.")
 flags.DEFINE_string("figdir", os.path.join("results", "figures"),
                     "Directory for the report's figures.")
+flags.DEFINE_string("pilots", os.path.join("results", "pilots"),
+                    "Directory of committed <pilot>/ run directories (2-seed sizing runs, not "
+                    "evidence); the faithful Task 2 ones label the faithful Task 2 rows that "
+                    "have no runs (docs/study.md, sixth amendment).")
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
 flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
                     "Directory of <run>/lengths*.json (experiments.lengths) to report.")
@@ -55,7 +61,7 @@ flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
 from pe_spectral.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
-    find, plateau_of, run_spec)
+    NOT_TESTABLE, faithful_task2_pilots, find, plateau_of, run_spec)
 from pe_spectral.claims import budget_override as _budget  # noqa: E402
 from pe_spectral.claims import config_variant, variant_label  # noqa: E402
 from pe_spectral.claims import encoding_of as _encoding  # noqa: E402
@@ -80,9 +86,11 @@ def _cmp_txt(p) -> str:
 
 
 
-def load_runs(root: str) -> list[dict]:
+def load_runs(root: str, depth: int = 2) -> list[dict]:
+  """The run directories ``root/<task>/<name>/`` (``depth`` 2), or
+  ``root/<name>/`` (``depth`` 1, the pilots), each with its small files."""
   runs = []
-  for path in sorted(glob.glob(os.path.join(root, "*", "*", "summary.json"))):
+  for path in sorted(glob.glob(os.path.join(root, *["*"] * depth, "summary.json"))):
     wd = os.path.dirname(path)
     with open(path) as f:
       s = json.load(f)
@@ -238,9 +246,9 @@ def missing_txt(specs, lead: str = "waits for") -> str:
   return (f"{lead} " + ", ".join(parts)) if parts else ""
 
 
-def verdict_section(runs, ceil=None) -> list[str]:
+def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
   from pe_spectral import stats as _stats
-  cl = claims(runs)
+  cl = claims(runs, pilots)
   lines = ["## Verdicts", "",
            "The claims, their tests and decision rules are in [docs/study.md](docs/study.md), "
            "which also says which details were fixed before the runs and which after. "
@@ -272,9 +280,10 @@ def verdict_section(runs, ceil=None) -> list[str]:
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
     # one converged refutation decides a claim; the runs still to come cannot undo it
-    wait = missing_txt(c.get("missing", []),
-                       "not run yet (they cannot change a refutation):"
-                       if c["verdict"] == "refuted" else "waits for")
+    lead = {"refuted": "not run yet (they cannot change a refutation):"}.get(c["verdict"], (
+        "the plan's runs for a GPU, not run:" if c["verdict"].startswith(NOT_TESTABLE)
+        else "waits for"))
+    wait = missing_txt(c.get("missing", []), lead)
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     task = "count" if c["id"] in ("b", "d") else "distance"
@@ -591,8 +600,35 @@ def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
   return out
 
 
+def pilots_section(pilots, figdir, outdir) -> list[str]:
+  """The faithful Task 2 pilots' learning curves: what the faithful Task 2
+  rows' *not testable at this scale* rests on (docs/study.md, sixth amendment)."""
+  ps = faithful_task2_pilots(pilots)
+  if not ps:
+    return []
+  from pe_spectral import plotting
+  from pe_spectral.claims import pilot_txt
+  budget = lambda p: variant_label(config_variant(p), sections=("train",))
+  curves = [{"label": f"{_label(p)}{', ' + budget(p) if budget(p) else ''} "
+                      f"({_plateau_txt(p)} plateaued)",
+             "records": p["records"]} for p in ps if p.get("records")]
+  figs = []
+  for metric, word in (("test_accuracy", "test"), ("train_accuracy", "train")):
+    fig = os.path.join(figdir, f"curves_count_pilots_faithful_{word}.png")
+    plotting.learning_curves(curves, fig, f"faithful count pilots: {word} accuracy",
+                             metric=metric, paper_examples=PAPER_EXAMPLES["count"])
+    figs.append(f"![{word} accuracy of the faithful count pilots]"
+                f"({os.path.relpath(os.path.abspath(fig), outdir)})")
+  return (["## Task 2 — faithful pilots (2 seeds each, not evidence)", "",
+           "The sizing runs behind the faithful Task 2 rows' verdict (docs/study.md, sixth "
+           "amendment), committed under `results/pilots/`; the plateau rule reads the train "
+           "accuracy (second figure):", ""]
+          + [f"- {pilot_txt(p)}" for p in ps] + [""] + figs + [""])
+
+
 def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
-           thesis_superseded=(), thesis_count=None, thesis_count_superseded=()) -> str:
+           thesis_superseded=(), thesis_count=None, thesis_count_superseded=(),
+           pilots=()) -> str:
   from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
@@ -604,7 +640,7 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
            "committed `summary.json`, `metrics.jsonl` and `ablation*.json`. "
            + compute_line(runs), ""]
   ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
-  parts += verdict_section(runs, ceil)
+  parts += verdict_section(runs, ceil, pilots)
   truns = {} if thesis_runs is None else thesis_runs
   tcount = thesis_count or {}
   rows = _thesis_rows(truns, runs, ceil) if truns else []
@@ -641,6 +677,7 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
       pt = paired_table(runs, task, preset, faithful, variant)
       if pt:
         parts += pt + [""]
+  parts += pilots_section(pilots, figdir, outdir)
   parts += deposit_section(runs, figdir, outdir)
   parts += lengths_section(list(lengths), figdir, outdir)
   parts += thesis_section(truns, figdir, outdir, thesis_superseded)
@@ -669,7 +706,8 @@ def main(argv):
     return 2
   text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
                 load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis),
-                *load_thesis_budgets(FLAGS.thesis_count))
+                *load_thesis_budgets(FLAGS.thesis_count),
+                pilots=load_runs(FLAGS.pilots, depth=1))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

@@ -17,7 +17,8 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "combine", "claim_preset", "claim_presets", "claims", "run_label",
            "budget_override", "config_variant", "variant_label", "preset_label",
            "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec",
-           "LARGEST_PRESET", "NOT_TESTABLE", "scale_verdict", "unconverged_txt"]
+           "LARGEST_PRESET", "NOT_TESTABLE", "scale_verdict", "unconverged_txt",
+           "pilot_txt", "pilots_verdict", "faithful_task2_pilots"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -260,6 +261,46 @@ def scale_verdict(rows, used, *, preset, pending, test_rule: bool = False) -> st
   return f"{NOT_TESTABLE} ({'; '.join(unconverged_txt(r, test_rule=test_rule) for r in bad)})"
 
 
+def _seeds_txt(seeds) -> str:
+  seeds = list(seeds)
+  contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds))) if seeds else False
+  if contiguous and len(seeds) > 1:
+    return f"seeds {seeds[0]}–{seeds[-1]}"
+  return "seed" + ("s " if len(seeds) != 1 else " ") + ", ".join(map(str, seeds))
+
+
+def pilot_txt(r, *, test_rule: bool = False, accuracy: bool = True) -> str:
+  """``rope_sinusoidal at study, dropout 0, …, epochs 100, seeds 8–9: 0/2 seeds
+  plateaued (test 64.2, 46.9 %)``: a pilot as a verdict names it (without the
+  accuracies unless ``accuracy``)."""
+  per = (plateau_of_test_accuracy(r) if test_rule else plateau_of(r)).get("per_seed") or []
+  v = variant_label(config_variant(r))
+  acc = ", ".join(f"{100 * a:.1f}" for a in r.get("test_accuracy", []))
+  return (f"{run_label(r)} at {r['preset']}{', ' + v if v else ''}, {_seeds_txt(r['seeds'])}: "
+          f"{sum(per)}/{len(per)} seeds plateaued" + (f" (test {acc} %)" if accuracy else ""))
+
+
+def faithful_task2_pilots(pilots) -> list:
+  """The committed faithful Task 2 pilots (task ``count``, faithful mode),
+  shortest budget first."""
+  return sorted((p for p in pilots if p.get("task") == "count" and p.get("faithful")),
+                key=lambda p: p.get("examples_seen", 0))
+
+
+def pilots_verdict(pilots, *, test_rule: bool = False):
+  """The verdict of a faithful Task 2 row none of whose runs is committed
+  (docs/study.md, sixth amendment): :data:`NOT_TESTABLE`, naming the pilots,
+  when faithful Task 2 pilots exist and none of them converged (by the rule of
+  the column: ``test_rule`` for the test-accuracy one); ``None`` otherwise, and
+  the row stays "not run"."""
+  ps = faithful_task2_pilots(pilots)
+  conv = converged_by_test_accuracy if test_rule else converged
+  if not ps or any(conv(p) for p in ps):
+    return None
+  return (f"{NOT_TESTABLE} (no faithful Task 2 configuration converged in the pilots: "
+          + "; ".join(pilot_txt(p, test_rule=test_rule, accuracy=False) for p in ps) + ")")
+
+
 def claim_preset(runs, task, ref_pe, faithful) -> str:
   """``long`` where the claim's reference run exists at the long budget, else ``study``."""
   if find(runs, task, ref_pe, preset=LONG_PRESET, faithful=faithful) is not None:
@@ -280,10 +321,12 @@ def claim_presets(runs, task, ref_pe, faithful) -> list[tuple[str, bool]]:
   return rows
 
 
-def claims(runs) -> list[dict]:
+def claims(runs, pilots=()) -> list[dict]:
   """The pre-registered claims (docs/study.md), each with its evidence and
   verdict. A claim's row at a preset that does not judge it (the ``study``
-  row once its ``long`` row exists) carries ``"judged": False``."""
+  row once its ``long`` row exists) carries ``"judged": False``. ``pilots``
+  (committed 2-seed pilots, not evidence) only label the faithful Task 2 rows
+  that have no runs (:func:`pilots_verdict`)."""
   out = []
   T1, T2 = "distance", "count"
   for faithful in (False, True):
@@ -333,7 +376,8 @@ def claims(runs) -> list[dict]:
                   "verdict": scale_verdict(rows, used, **at),
                   "verdict_test_rule": scale_verdict(rows, used, **at, test_rule=True)})
     for P3, judged in claim_presets(runs, T2, ref_pe, faithful):
-      out += [dict(c, judged=judged) for c in _task2_claims(runs, faithful, P3)]
+      out += [dict(c, judged=judged)
+              for c in _task2_claims(runs, faithful, P3, pilots=pilots if faithful else ())]
     if not faithful:
       for preset, variant in TASK2_CONFIGS:
         out += _task2_claims(runs, faithful, preset, variant)
@@ -353,9 +397,11 @@ def claims(runs) -> list[dict]:
   return out
 
 
-def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]:
+def _task2_claims(runs, faithful: bool, preset: str, variant=None, pilots=()) -> list[dict]:
   """Claims (b) and (d) on the Task 2 runs of one configuration: ``preset``
-  with the fields of ``variant`` (:func:`config_variant`) set away from it."""
+  with the fields of ``variant`` (:func:`config_variant`) set away from it.
+  A row none of whose runs exists takes :func:`pilots_verdict` of ``pilots``
+  where that gives one (the caller passes pilots for the faithful rows only)."""
   T2, mode = "count", "faithful" if faithful else "clean"
   ref_pe = CLAIM_PES["reference"][faithful]
   at = dict(preset=preset, faithful=faithful, variant=variant)
@@ -392,7 +438,17 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None) -> list[dict]
               "verdict": _driver_verdict(rows, missing=missing) if rows else "not run",
               "verdict_test_rule": _driver_verdict(rows, "converged_test", missing)
               if rows else "not run"})
+  for c in out:
+    if c["missing"] and len(c["missing"]) == _needed(c["id"]):  # none of its runs committed
+      for key, test_rule in (("verdict", False), ("verdict_test_rule", True)):
+        c[key] = pilots_verdict(pilots, test_rule=test_rule) or c[key]
   return out
+
+
+def _needed(cid: str) -> int:
+  """How many runs a Task 2 claim's row needs: (b) mla, nope, the reference;
+  (d) nope and each driver."""
+  return 3 if cid == "b" else 1 + len(CLAIM_PES["driver"])
 
 
 def _frac_txt(f) -> str:

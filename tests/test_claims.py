@@ -272,3 +272,42 @@ def test_task2_claims_are_judged_per_registered_configuration():
   # the variant runs never stand in for the preset's own: those rows stay unrun
   assert [c["verdict"] for c in C.claims(drop0)
           if c["id"] == "b" and c["variant"] == "" and c["mode"] == "clean"] == ["not run"]
+
+
+def test_faithful_task2_rows_without_runs_are_labelled_by_the_pilots():
+  """docs/study.md, sixth amendment: a faithful (b)/(d) row with none of its
+  runs reads *not testable at this scale* when no faithful Task 2 pilot
+  converged, naming them; each column by its own convergence rule."""
+  t2 = dict(task="count", faithful=True)
+  slow = _with_records(_run("rope_sinusoidal", 60.0, seeds=2, **t2), train_flat=False,
+                       test_flat=False)
+  slow["seeds"] = [8, 9]
+  flat_test = _with_records(_run("rope_sinusoidal", 70.0, seeds=2, seed=1, **t2),
+                            train_flat=False, test_flat=True)
+  verdicts = lambda runs, pilots: {(c["id"], c["mode"]): (c["verdict"], c["verdict_test_rule"])
+                                   for c in C.claims(runs, pilots) if c["id"] in ("b", "d")
+                                   and c["preset"] == "study" and not c.get("variant")}
+  v = verdicts([], [slow])
+  for cid in ("b", "d"):
+    assert v[(cid, "faithful")][0].startswith(C.NOT_TESTABLE)
+    assert "seeds 8–9: 0/2 seeds plateaued" in v[(cid, "faithful")][0]
+    assert v[(cid, "clean")] == ("not run", "not run")  # the pilots are faithful mode's only
+  assert verdicts([], [])[("b", "faithful")] == ("not run", "not run")
+  # a pilot that converged (here by the test-accuracy rule only) leaves that column "not run"
+  v = verdicts([], [slow, flat_test])
+  assert v[("b", "faithful")][0].startswith(C.NOT_TESTABLE)
+  assert v[("b", "faithful")][1] == "not run"
+  # a clean pilot or a Task 1 pilot labels nothing
+  clean = dict(slow, faithful=False)
+  task1 = dict(slow, task="distance")
+  assert verdicts([], [clean, task1])[("d", "faithful")] == ("not run", "not run")
+  # once one of a row's runs is committed, the usual rules judge it
+  one = _run("nope", 70.0, **t2)
+  v = verdicts([one], [slow])
+  assert v[("b", "faithful")] == ("not run", "not run")
+  assert v[("d", "faithful")][0] == "not run"
+  # the pilots' budgets, shortest first, as the verdict names them
+  short = dict(slow, examples_seen=10)
+  long_ = dict(slow, examples_seen=20, seeds=[3, 5])
+  assert [p["seeds"] for p in C.faithful_task2_pilots([long_, short])] == [[8, 9], [3, 5]]
+  assert "seeds 3, 5" in C.pilot_txt(long_)

@@ -7,9 +7,10 @@ import numpy as np
 
 
 def _fixture_run(root, task, name, pe, acc, *, preset="study", faithful=False,
-                 ablation=None, rope_heads=None, plateaued=True, config=None):
-  """A committed run directory: summary.json + a 6-evaluation metrics.jsonl."""
-  wd = os.path.join(root, task, name)
+                 ablation=None, rope_heads=None, plateaued=True, config=None, flat=False):
+  """A committed run directory: summary.json + a 6-evaluation metrics.jsonl;
+  ``root/<task>/<name>/``, or ``root/<name>/`` if ``flat`` (a pilot)."""
+  wd = os.path.join(root, name) if flat else os.path.join(root, task, name)
   os.makedirs(wd)
   n = len(acc)
   s = {"pe": pe, "task": task, "preset": preset, "faithful": faithful,
@@ -126,7 +127,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   fig = tmp_path / "fig"
   cmd = [sys.executable, "-m", "experiments.report", f"--runs={runs}", f"--out={out}",
          f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}",
-         f"--thesis={tmp_path / 'no-thesis'}", f"--thesis_count={tmp_path / 'no-thesis'}"]
+         f"--thesis={tmp_path / 'no-thesis'}", f"--thesis_count={tmp_path / 'no-thesis'}",
+         f"--pilots={tmp_path / 'no-pilots'}"]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   text = out.read_text()
@@ -230,7 +232,8 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
                         f"--out={out}", f"--figdir={tmp_path / 'fig'}",
                         f"--lengths={tmp_path / 'none'}", f"--thesis={tmp_path / 'none'}",
-                        f"--thesis_count={tmp_path / 'none'}"], capture_output=True, text=True)
+                        f"--thesis_count={tmp_path / 'none'}", f"--pilots={tmp_path / 'none'}"],
+                       capture_output=True, text=True)
   assert res.returncode == 0, res.stderr[-2000:]
   rows = [line for line in out.read_text().splitlines() if line.startswith("| (")]
   a = [line for line in rows if line.startswith("| (a) ") and "| clean | study |" in line][0]
@@ -240,3 +243,45 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   assert "waits for" not in a
   a2 = [line for line in rows if line.startswith("| (a2) ") and "| clean | study |" in line][0]
   assert "waits for `distance/partial_rope-k1-study` (P1)" in a2
+
+
+def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
+  """docs/study.md, sixth amendment, end to end: committed faithful Task 2
+  pilots that did not converge label the faithful (b)/(d) rows *not testable
+  at this scale*; the report lists them with their curves. Without pilots the
+  rows stay *not run*."""
+  runs, pilots = str(tmp_path / "runs"), str(tmp_path / "pilots")
+  _fixture_run(runs, "distance", "rope-study", "rope", [0.97, 0.96, 0.98])
+  _fixture_run(pilots, "count", "count-faithful-pilot", "rope_sinusoidal", [0.64, 0.47],
+               faithful=True, plateaued=False, flat=True)
+  _fixture_run(pilots, "distance", "distance-pilot", "rope", [0.9, 0.9], plateaued=False,
+               flat=True)
+
+  def report(pilot_dir):
+    out = tmp_path / "RESULTS.md"
+    res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
+                          f"--out={out}", f"--figdir={tmp_path / 'fig'}",
+                          f"--pilots={pilot_dir}", f"--lengths={tmp_path / 'none'}",
+                          f"--thesis={tmp_path / 'none'}",
+                          f"--thesis_count={tmp_path / 'none'}"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = out.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| (b) ")
+            or line.startswith("| (d) ")]
+    return text, {line.split(" | ")[1] + line[:5]: line for line in rows}
+
+  text, rows = report(pilots)
+  for cid in ("| (b)", "| (d)"):
+    f = rows["faithful" + cid]
+    assert "| **not testable at this scale (no faithful Task 2 configuration converged" in f
+    assert "rope_sinusoidal at study, seeds 0–1: 0/2 seeds plateaued" in f
+    assert "the plan's runs for a GPU, not run: `count/" in f and "waits for" not in f
+    assert "| **not run** |" in rows["clean" + cid]
+  assert "## Task 2 — faithful pilots (2 seeds each, not evidence)" in text
+  assert "- rope_sinusoidal at study, seeds 0–1: 0/2 seeds plateaued (test 64.0, 47.0 %)" in text
+  assert "distance-pilot" not in text
+  for word in ("test", "train"):
+    assert (tmp_path / "fig" / f"curves_count_pilots_faithful_{word}.png").stat().st_size > 0
+  text, rows = report(tmp_path / "none")
+  assert "| **not run** |" in rows["faithful| (b)"] and "faithful pilots" not in text
