@@ -9,7 +9,7 @@
 # python -m experiments.report.
 # Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a `deposit` run
 # about 2.3 h. The rest of the plan (Task 2 at `long`, faithful Task 2, the
-# faithful deposit runs) costs 2.4-5 h per run here and waits for
+# faithful `long` rivals) costs 2.4-10 h per run here and waits for
 # launch/study_gpu.sh.
 #   launch/study_cpu.sh [--dry_run] [NAME ...]      (default: the whole queue; NICE=10)
 set -euo pipefail
@@ -23,12 +23,16 @@ QUEUE=(
   distance/rope-faithful-long            # with the next: (a2), faithful
   distance/partial_rope-k1-faithful-long
   distance/rope_sinusoidal-faithful-long # (a)'s faithful reference at long
+  distance/rope_sinusoidal-faithful-deposit  # alone it can refute (c), faithful (< 2/3 seeds)
   distance/alibi_multiplicative-deposit  # (g): the deposit with 8 heads per layer
   distance/rope_additive-deposit
   distance/xpos-deposit
   distance/p_rope-deposit
   distance/relative-deposit
   distance/kerple_log-deposit
+  distance/nope-faithful-deposit         # (c)'s faithful controls
+  distance/alibi-faithful-deposit
+  distance/mla-faithful-deposit
   distance/alibi-long                    # the rest of (a) at long, clean: they fill in
   distance/relative-long                 # the table but cannot undo learned's refutation
   distance/nope-long
