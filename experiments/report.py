@@ -50,10 +50,11 @@ flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
                     "Directory of <run>/lengths*.json (experiments.lengths) to report.")
 flags.DEFINE_list("thesis", [os.path.join("results", "thesis"),
                               os.path.join("results", "thesis-32ep"),
-                              os.path.join("results", "thesis-64ep")],
+                              os.path.join("results", "thesis-64ep"),
+                              os.path.join("results", "thesis-128ep")],
                   "Directories of the coupling study's <pe>/ runs, one per budget "
-                  "(launch/thesis_cpu.sh [--long|--longer]); each pair is judged at its longest "
-                  "budget (docs/study.md).")
+                  "(launch/thesis_cpu.sh [--long|--longer|--last_rung]); each pair is judged "
+                  "at its longest budget (docs/study.md).")
 flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
                   "Directories of the coupling study's Task 2 runs (launch/thesis_cpu.sh "
                   "--count; docs/study.md, fourth amendment), judged on their own.")
@@ -540,10 +541,13 @@ def _floor_txt(floor: float) -> str:
   return f" (above loss {floor:g})" if floor else ""
 
 
-def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
+def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
+                  superseded=()) -> list[tuple]:
   """The verdict-table rows ``(id, claim, evidence, verdict)`` of (e), (f),
   (f2) on one configuration's judged runs, and (g) unless ``with_g`` is off
-  (it has its own runs, the same for every configuration)."""
+  (it has its own runs, the same for every configuration). ``superseded``:
+  the configuration's runs at other budgets, which (f) reads for its last
+  rung only."""
   from pe_spectral import thesis
   rows = []
   e = thesis.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
@@ -551,7 +555,7 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
                    for r in e["rows"]) or "—"
   rows.append(("e", "Contraction: multiplicative PEs' logits contracted (ratio < 1), "
                "additive ones widened (> 1), every layer", ev, e["verdict"]))
-  f = thesis.claim_f(truns) if truns else {"pairs": {}, "verdict": "not run"}
+  f = thesis.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": "not run"}
   fv = []
   for kernel, p in f["pairs"].items():
     fv.append(f"{kernel}: examples A − M {_ci_txt(p['examples']['mean'] / 1e3, p['examples']['lo'] / 1e3, p['examples']['hi'] / 1e3)} k; "
@@ -581,10 +585,10 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True) -> list[tuple]:
 
 
 def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
-                 label: str = "", with_g: bool = True) -> list[str]:
+                 label: str = "", with_g: bool = True, superseded=()) -> list[str]:
   """Verdict-table lines of the 2x2 design on one configuration."""
   out = []
-  for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g):
+  for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g, superseded=superseded):
     at = (f"{thesis_budget(truns)}{', ' + label if label else ''}" if cid != "g"
           else DEPOSIT_PRESET + " (8 seeds)")
     # The cpu preset's Task 1 data are the study's (same TaskConfig), whose

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The study plan's runs that a 2-core CPU can afford, one after another, in the
 # order in which they can decide a verdict (docs/study.md). Each is one
-# `experiments.study` entry, 8 seeds, at low priority: skipped when its small
+# `experiments.study` entry, 8 seeds, at low priority (a `thesis-128ep/<pe>`
+# entry is the coupling study's last rung instead: launch/thesis_cpu.sh
+# --last_rung <pe>, committed the same way): skipped when its small
 # files are committed under results/runs/, resumed when its checkpoint is under
 # runs/, then ablated, its small files copied to results/runs/<task>/<name>/
 # and git-committed (those paths only) as it finishes, so a session that ends
@@ -24,6 +26,8 @@ QUEUE=(
   distance/partial_rope-k1-faithful-long
   distance/rope_sinusoidal-faithful-long # (a)'s faithful reference at long
   distance/rope_sinusoidal-faithful-deposit  # alone it can refute (c), faithful (< 2/3 seeds)
+  thesis-128ep/rope_additive             # (f): the rotary pair's last rung (not a plan
+  thesis-128ep/rope                      # entry: launch/thesis_cpu.sh; rope only if needed)
   distance/alibi_multiplicative-deposit  # (g): the deposit with 8 heads per layer
   distance/rope_additive-deposit
   distance/xpos-deposit
@@ -47,5 +51,11 @@ for name in "${NAMES[@]}"; do
 done
 PY=${PYTHON:-python3}
 for name in "${NAMES[@]}"; do
+  if [[ "$name" == thesis-128ep/* ]]; then
+    run_or_print env GIT_COMMIT=1 PYTHON="$PY" nice -n "${NICE:-10}" \
+      launch/thesis_cpu.sh --last_rung "${name#*/}" \
+      || echo "error: $name failed (its checkpoint stays under runs/); the queue goes on" >&2
+    continue
+  fi
   run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8 --git_commit
 done

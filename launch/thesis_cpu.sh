@@ -11,12 +11,16 @@
 # amendment in docs/study.md), in runs/thesis-32ep/ and results/thesis-32ep/.
 # --longer: 64 epochs, seeds 0-4 (the third amendment), in runs/thesis-64ep/
 # and results/thesis-64ep/.
+# --last_rung: 128 epochs, seeds 0-4 (the seventh amendment), in
+# runs/thesis-128ep/ and results/thesis-128ep/; rope only once rope_additive
+# converged there (else the pair cannot be decided at 128 epochs).
 # --count: the four PEs on Task 2 (counting, 48 tokens, dropout 0; the fourth
 # amendment), 24 epochs, seeds 0-4, in runs/thesis-count/ and
 # results/thesis-count/.
-#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--count] [PE ...]   (default: the four,
-#       rotary pair first; with --long/--longer: rope_additive rope; with --count:
-#       alibi_multiplicative alibi rope_additive rope)
+# GIT_COMMIT=1 commits each finished PE's results/<dir>/<pe>/ (those paths only).
+#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count] [PE ...]
+#       (default: the four, rotary pair first; with --long/--longer/--last_rung:
+#       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
@@ -24,9 +28,11 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 long=""
 count=""
+last_rung=""
 case "${1:-}" in
   --long) long=32; shift ;;
   --longer) long=64; shift ;;
+  --last_rung) long=128; last_rung=1; shift ;;
   --count) count=1; shift ;;
 esac
 PES=("$@")
@@ -41,10 +47,23 @@ name=thesis
 task=distance
 extra=()
 COUNT_EPOCHS=24
+PY=${PYTHON:-python3}
+# converged SUMMARY_JSON: the study's rule (>= 2/3 of seeds plateaued)
+converged() {
+  "$PY" -c 'import json, sys
+from pe_spectral import thesis
+sys.exit(0 if thesis.converged({"summary": json.load(open(sys.argv[1]))}) else 1)' "$1"
+}
 for pe in "${PES[@]}"; do
   out="results/${name}/${pe}"
   if [[ -z "${FORCE:-}" && -f "$out/summary.json" ]]; then
     echo "$out is committed: skipping ${pe}" >&2
+    continue
+  fi
+  gate="results/${name}/rope_additive/summary.json"
+  if [[ -n "$last_rung" && "$pe" == rope ]] && ! { [[ -f "$gate" ]] && converged "$gate"; }; then
+    echo "rope at ${long} epochs runs only once rope_additive converged there ($gate;" \
+         "docs/study.md, seventh amendment): skipping rope" >&2
     continue
   fi
   if [[ -n "$count" ]]; then
@@ -58,11 +77,18 @@ for pe in "${PES[@]}"; do
     esac
   fi
   wd="runs/${name}/${pe}"
-  run_or_print python -m experiments.sweep --preset=cpu --task="$task" --pe="$pe" \
+  run_or_print "$PY" -m experiments.sweep --preset=cpu --task="$task" --pe="$pe" \
     --seeds="$seeds" --epochs="$epochs" --record_spectra=16 --record_curvature=64 \
     --workdir="$wd" "${extra[@]}"
   [ "$DRY_RUN" -eq 0 ] || continue
   mkdir -p "$out"
   cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/steps.jsonl \
     "$wd"/spectra.jsonl "$wd"/curvature.jsonl "$out"/
+  if [[ -n "${GIT_COMMIT:-}" ]]; then
+    "$PY" -c 'import sys
+from experiments.study import git_commit
+err = git_commit([sys.argv[1]], sys.argv[2])
+print("git: " + (err or "committed " + sys.argv[1]), file=sys.stderr)' \
+      "$out" "thesis: ${pe} at ${epochs} epochs x ${seeds} seeds (launch/thesis_cpu.sh, finished run)"
+  fi
 done

@@ -20,12 +20,16 @@ __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over
            "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts",
            "claim_e", "claim_f_pair", "claim_f", "claim_f2", "G_MULTIPLICATIVE", "G_ADDITIVE",
            "claim_g", "budget", "judged_runs", "load", "task_of", "registered_spike_floor",
-           "peak_sharpness_at"]
+           "peak_sharpness_at", "LAST_RUNG_EPOCHS"]
 
 # (kernel, multiplicative member, additive member)
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
 CONVERGED_FRAC = 2.0 / 3.0
 THRESHOLD_FRAC = 0.9
+# The last budget of the Task 1 ladder (docs/study.md, seventh amendment): a
+# pair with a member that did not converge at this many epochs or more is not
+# testable at this project's scale.
+LAST_RUNG_EPOCHS = 128
 
 
 def converged(run: dict) -> bool:
@@ -174,11 +178,37 @@ def claim_f_pair(mult: dict, add: dict) -> dict:
   return out
 
 
-def claim_f(runs: dict) -> dict:
+def _last_rung_failures(pe_runs) -> list[str]:
+  """``rope_additive did not converge at 128 epochs: 2/5 seeds plateaued`` for
+  each run at :data:`LAST_RUNG_EPOCHS` or more that did not converge."""
+  out = []
+  for pe, r in pe_runs:
+    epochs = budget(r)[0]
+    if epochs >= LAST_RUNG_EPOCHS and not converged(r):
+      per = r["summary"]["plateau"]["per_seed"]
+      out.append(f"{pe} did not converge at {epochs} epochs: "
+                 f"{sum(per)}/{len(per)} seeds plateaued")
+  return out
+
+
+def claim_f(runs: dict, other_budgets: Sequence[dict] = ()) -> dict:
+  """(f) per pair and overall on the judged ``runs``. ``other_budgets``: the
+  pair members' runs at other budgets (``judged_runs``' superseded ones), read
+  only for the last rung (docs/study.md, seventh amendment): a pair that would
+  be *inconclusive (not converged)* is *not testable at this scale* when a
+  member did not converge at :data:`LAST_RUNG_EPOCHS` epochs or more."""
+  from pe_spectral.claims import NOT_TESTABLE
   pairs = {}
   for kernel, m, a in PAIRS:
     if m in runs and a in runs:
-      pairs[kernel] = claim_f_pair(runs[m], runs[a])
+      p = claim_f_pair(runs[m], runs[a])
+      if p["verdict"] == "inconclusive (not converged)":
+        seen = [(pe, runs[pe]) for pe in (m, a)]
+        seen += [(pe, b[pe]) for b in other_budgets for pe in (m, a) if pe in b]
+        failed = _last_rung_failures(seen)
+        if failed:
+          p["verdict"] = f"{NOT_TESTABLE} ({'; '.join(failed)})"
+      pairs[kernel] = p
   vs = [p["verdict"] for p in pairs.values()]
   if not vs:
     verdict = "not run"
@@ -186,6 +216,8 @@ def claim_f(runs: dict) -> dict:
     verdict = "refuted"
   elif len(vs) == len(PAIRS) and all(v == "reproduced" for v in vs):
     verdict = "reproduced"
+  elif len(vs) == len(PAIRS) and all(v.startswith(NOT_TESTABLE) for v in vs):
+    verdict = NOT_TESTABLE
   else:
     verdict = "inconclusive (" + "; ".join(f"{k}: {p['verdict']}"
                                           for k, p in pairs.items()) + ")"

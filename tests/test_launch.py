@@ -133,6 +133,33 @@ def test_thesis_long_budget_skips_committed_pes():
           in out.stderr)
 
 
+def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path):
+  """--last_rung (seventh amendment): 128 epochs, 5 seeds; rope is skipped
+  until rope_additive's committed 128-epoch summary says it converged."""
+  import json
+  out = _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 1 and "--pe=rope_additive" in lines[0]
+  for arg in ("--seeds=5", "--epochs=128", "--record_curvature=64",
+              "--workdir=runs/thesis-128ep/rope_additive"):
+    assert arg in lines[0].split()
+  assert "skipping rope" in out.stderr and "seventh amendment" in out.stderr
+  # a converged rope_additive (a copy of the repo's launch tree, its own results/)
+  root = tmp_path / "repo"
+  shutil.copytree(os.path.join(ROOT, "launch"), root / "launch")
+  gate = root / "results" / "thesis-128ep" / "rope_additive"
+  gate.mkdir(parents=True)
+  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+  run = lambda: subprocess.run(["bash", "launch/thesis_cpu.sh", "--dry_run", "--last_rung",
+                                "rope"], cwd=root, capture_output=True, text=True, env=env)
+  for per_seed, runs_rope in (([True] * 4 + [False], True), ([True] * 3 + [False] * 2, False)):
+    (gate / "summary.json").write_text(json.dumps({"plateau": {"per_seed": per_seed}}))
+    out = run()
+    assert out.returncode == 0, out.stderr
+    assert ("--pe=rope " in out.stdout) == runs_rope, (per_seed, out.stdout, out.stderr)
+
+
 def test_thesis_count_configuration_dry_run():
   """--count: the registered Task 2 configuration of the 2x2 design (fourth
   amendment): the four PEs, count task, dropout 0, 5 seeds, 24 epochs."""
@@ -142,7 +169,7 @@ def test_thesis_count_configuration_dry_run():
   pes = [line.split("--pe=")[1].split()[0] for line in lines]
   assert sorted(pes) == ["alibi", "alibi_multiplicative", "rope", "rope_additive"]
   for pe, line in zip(pes, lines):
-    assert line.startswith("python -m experiments.sweep --preset=cpu --task=count ")
+    assert line.startswith("python3 -m experiments.sweep --preset=cpu --task=count ")
     for arg in ("--seeds=5", "--epochs=24", "--record_spectra=16", "--record_curvature=64",
                 "--config.model.dropout=0", f"--workdir=runs/thesis-count/{pe}"):
       assert arg in line.split(), (arg, line)
@@ -165,6 +192,12 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   out = _run("launch/study_cpu.sh", "--dry_run")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
+  # the coupling study's last rung rides in the queue (docs/study.md, seventh amendment)
+  thesis = [line for line in lines if "launch/thesis_cpu.sh" in line]
+  assert [line.split()[-1] for line in thesis] == ["rope_additive", "rope"]
+  assert all(line.startswith("env GIT_COMMIT=1 ") and " nice -n 10 " in line
+             and "--last_rung" in line for line in thesis)
+  lines = [line for line in lines if line not in thesis]
   keys = [line.split("--only=")[1].split()[0] for line in lines]
   plan = {e.key: e for e in study.PLAN}
   assert keys and all(k in plan for k in keys) and len(set(keys)) == len(keys)

@@ -321,3 +321,55 @@ def test_claim_g_reproduced_refuted_inconclusive_not_run():
   conv = {pe: pe != "xpos" for pe in mult | add}
   r = thesis.claim_g({**mult, **add}, converged=conv, resamples=500)
   assert r["verdict"] == "inconclusive (not converged: xpos)" and r["diff"] == 1
+
+
+def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
+  """docs/study.md, seventh amendment: a member that did not converge at
+  LAST_RUNG_EPOCHS, judged or waiting for its partner, makes its pair's
+  unconverged (f) *not testable at this scale*; below the last rung, or when
+  the last-rung run converged, the rules are unchanged."""
+  from pe_spectral.claims import NOT_TESTABLE
+  last = thesis.LAST_RUNG_EPOCHS
+  four = {pe: _with_budget(r, 64) for pe, r in _four().items()}
+  slow64 = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=1,
+                             seeds=5), 64)
+  judged = dict(four, rope_additive=slow64)
+  assert thesis.claim_f(judged)["pairs"]["rotary"]["verdict"] == "inconclusive (not converged)"
+  # rope_additive at the last rung, alone (rope not run there): it judges nothing, yet
+  slow_last = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=2,
+                                seeds=5), last)
+  res = thesis.claim_f(judged, [{"rope_additive": slow_last}])
+  v = res["pairs"]["rotary"]["verdict"]
+  assert v == (f"{NOT_TESTABLE} (rope_additive did not converge at {last} epochs: "
+               "2/5 seeds plateaued)")
+  assert res["pairs"]["decay"]["verdict"] == "reproduced"
+  assert res["verdict"].startswith("inconclusive (rotary: " + NOT_TESTABLE)
+  # converged at the last rung: the pair waits for rope there, still not converged at 64
+  ok_last = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=5,
+                              seeds=5), last)
+  assert thesis.claim_f(judged, [{"rope_additive": ok_last}])["pairs"]["rotary"][
+      "verdict"] == "inconclusive (not converged)"
+  # a budget below the last rung changes nothing
+  slow96 = _with_budget(slow_last, last - 32)
+  assert thesis.claim_f(judged, [{"rope_additive": slow96}])["pairs"]["rotary"][
+      "verdict"] == "inconclusive (not converged)"
+  # both members judged at the last rung, rope the one that failed
+  both = dict(four, rope=_with_budget(_run("rope", "multiplicative", ratio=0.8, speed=2,
+                                           plateaued=3, seeds=5), last),
+              rope_additive=ok_last)
+  assert "rope did not converge at" in thesis.claim_f(both)["pairs"]["rotary"]["verdict"]
+  # a converged pair at the last rung is decided on its numbers
+  assert thesis.claim_f(dict(four, rope=_with_budget(four["rope"], last),
+                             rope_additive=ok_last))["pairs"]["rotary"]["verdict"] == \
+      "reproduced"
+  # every pair not testable: so is (f)
+  dec = {pe: _with_budget(_run(pe, c, ratio=1.0, speed=3, plateaued=1, seeds=5), last)
+         for pe, c in (("alibi_multiplicative", "multiplicative"), ("alibi", "additive"))}
+  assert thesis.claim_f({**judged, **dec}, [{"rope_additive": slow_last}])["verdict"] == \
+      NOT_TESTABLE
+  # the report hands its superseded budgets to (f)
+  from experiments import report
+  rows = {r[0]: r for r in report.thesis_claims(judged, with_g=False,
+                                                 superseded=[{"rope_additive": slow_last}])}
+  assert f"rotary: {NOT_TESTABLE} (rope_additive did not converge" in rows["f"][3]
+  assert "rotary: inconclusive (not converged)" in report.thesis_claims(judged, with_g=False)[1][3]
