@@ -281,9 +281,12 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
     # one converged refutation decides a claim; the runs still to come cannot undo it
-    lead = {"refuted": "not run yet (they cannot change a refutation):"}.get(c["verdict"], (
-        "the plan's runs for a GPU, not run:" if c["verdict"].startswith(NOT_TESTABLE)
-        else "waits for"))
+    if c["verdict"] == "refuted":
+      lead = "not run yet (they cannot change a refutation):"
+    elif c["verdict"].startswith(NOT_TESTABLE):
+      lead = "the plan's runs for a GPU, not run:"
+    else:
+      lead = "waits for"
     wait = missing_txt(c.get("missing", []), lead)
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"

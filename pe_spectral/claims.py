@@ -425,8 +425,8 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None, pilots=()) ->
           "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
           if len(rows) == 2 else "not run"}]
   rows, missing, needs = [], [], need(nope_pe, nope2)
-  for pe in CLAIM_PES["driver"]:
-    r = find(runs, T2, pe, **at)
+  drivers = [find(runs, T2, pe, **at) for pe in CLAIM_PES["driver"]]
+  for pe, r in zip(CLAIM_PES["driver"], drivers):
     needs += need(pe, r)
     if nope2 is not None and r is not None:
       rows.append((f"{nope_pe} − {pe}", compare(nope2, r)))
@@ -438,17 +438,11 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None, pilots=()) ->
               "verdict": _driver_verdict(rows, missing=missing) if rows else "not run",
               "verdict_test_rule": _driver_verdict(rows, "converged_test", missing)
               if rows else "not run"})
-  for c in out:
-    if c["missing"] and len(c["missing"]) == _needed(c["id"]):  # none of its runs committed
+  for c, its_runs in zip(out, ([mla2, nope2, rope2], [nope2, *drivers])):
+    if all(r is None for r in its_runs):  # none of its runs committed
       for key, test_rule in (("verdict", False), ("verdict_test_rule", True)):
         c[key] = pilots_verdict(pilots, test_rule=test_rule) or c[key]
   return out
-
-
-def _needed(cid: str) -> int:
-  """How many runs a Task 2 claim's row needs: (b) mla, nope, the reference;
-  (d) nope and each driver."""
-  return 3 if cid == "b" else 1 + len(CLAIM_PES["driver"])
 
 
 def _frac_txt(f) -> str:
