@@ -17,6 +17,7 @@ import contextlib
 import logging as std_logging
 import os
 import shutil
+import sys
 from typing import Any, Callable, Optional
 
 import jax
@@ -78,6 +79,45 @@ def _quiet_orbax():
   finally:
     for lg, lv in zip(loggers, levels):
       lg.setLevel(lv)
+
+
+# What orbax leaves behind when a restore fails part-way: its other shard
+# reads are abandoned in an event loop it has closed. When TensorStore's
+# threads finish them (during the restore or some time after it), closing them
+# raises into the void: "Exception ignored in: <coroutine object
+# _read_array_index_and_device_put>" with the whole TensorStore spec, and
+# "RuntimeError: Event loop is closed" from a read's done-callback. The failure
+# itself is reported in one line; these are noise.
+_ABANDONED_READ = "_read_array_index_and_device_put"
+
+
+def _abandoned_read(u) -> bool:
+  if getattr(u.object, "__qualname__", None) == _ABANDONED_READ:
+    return True
+  return (u.object is None and u.exc_type is RuntimeError
+          and str(u.exc_value) == "Event loop is closed")
+
+
+@contextlib.contextmanager
+def _drop_abandoned_reads():
+  """Drops the close-time errors of orbax's abandoned reads while a restore
+  runs; every other unraisable exception goes on to the hook that was in
+  place. If the restore raises, the filter stays installed for the rest of
+  the process, because the abandoned reads may finish after it returns."""
+  if getattr(sys.unraisablehook, "drops_abandoned_reads", False):
+    yield
+    return
+  previous = sys.unraisablehook
+
+  def hook(u):
+    if not _abandoned_read(u):
+      previous(u)
+
+  hook.drops_abandoned_reads = True
+  sys.unraisablehook = hook
+  yield  # an exception propagates from here and skips the line below
+  if sys.unraisablehook is hook:
+    sys.unraisablehook = previous
 
 
 def _first_line(e: BaseException, limit: int = 100) -> str:
@@ -165,7 +205,8 @@ class Checkpointer:
                               f"({_first_line(e)})") from None
       for step in candidates:
         try:
-          state, meta = self.restore(step, abstract_state)
+          with _drop_abandoned_reads():
+            state, meta = self.restore(step, abstract_state)
         except Exception as e:  # noqa: BLE001 - orbax/TensorStore/JSON errors
           skipped.append(f"step {step}: unreadable ({_first_line(e)})")
           continue

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +17,6 @@ import pytest
 
 from pe_spectral import runner
 from pe_spectral.checkpoint import CheckpointError, Checkpointer, tree_checksum
-
-# A failed restore leaves an un-awaited TensorStore future behind (inside
-# orbax); its garbage-collection warning is noise here.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,
          "count": jnp.arange(3, dtype=jnp.int32)}
@@ -111,6 +108,59 @@ def test_restore_verified_rejects_non_finite_and_wrong_shapes(tmp_path):
       c.restore_verified(other)
   assert "no usable checkpoint" in str(e.value) and "\n" not in str(e.value)
   assert "step 2" in str(e.value) and "step 1" in str(e.value)
+
+
+class _Pending:
+  def __await__(self):
+    yield
+
+
+def _abandon(name):
+  """A suspended coroutine called ``name`` whose close raises, dropped: the
+  "Exception ignored in: <coroutine object ...>" that an abandoned orbax read
+  gives when it is collected."""
+  async def read():
+    try:
+      await _Pending()
+    finally:
+      raise Exception(f"{name} failed")  # noqa: B012 - raising on close is the point
+  read.__qualname__ = name
+  c = read()
+  c.send(None)
+  del c
+
+
+def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
+  """The filter drops only orbax's abandoned-read errors, forwards the rest to
+  the hook that was in place, leaves after a restore that worked and stays
+  after one that failed (its reads may finish later)."""
+  from pe_spectral.checkpoint import _ABANDONED_READ, _drop_abandoned_reads
+  seen = []
+  recorder = lambda u: seen.append(getattr(u.object, "__qualname__", None))
+  monkeypatch.setattr(sys, "unraisablehook", recorder)
+  with _drop_abandoned_reads():
+    _abandon(_ABANDONED_READ)
+    _abandon("someone_elses_coroutine")
+    for message in ("Event loop is closed", "something else"):  # a done-callback's error
+      err = RuntimeError(message)
+      sys.unraisablehook(types.SimpleNamespace(
+          object=None, exc_type=RuntimeError, exc_value=err, exc_traceback=None, err_msg=None))
+  assert seen == ["someone_elses_coroutine", None]
+  assert sys.unraisablehook is recorder
+  _abandon(_ABANDONED_READ)  # outside, after a restore that worked: not dropped
+  assert seen[-1] == _ABANDONED_READ
+  with pytest.raises(ValueError):
+    with _drop_abandoned_reads():
+      raise ValueError("the restore failed")
+  installed = sys.unraisablehook
+  assert installed is not recorder
+  with _drop_abandoned_reads():
+    assert sys.unraisablehook is installed  # no second layer
+  assert sys.unraisablehook is installed
+  seen.clear()
+  _abandon(_ABANDONED_READ)
+  _abandon("someone_elses_coroutine")
+  assert seen == ["someone_elses_coroutine"]
 
 
 def _smoke():
