@@ -260,7 +260,8 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
            f"(≥ {_frac_txt(CONVERGED_FRAC)[2:]} of seeds plateaued); otherwise it is "
            "inconclusive whatever its CI says; at `long`, the plan's largest Task 1 budget, "
            "a claim undecided only for that reason, with every run it needs committed, is "
-           "*not testable at this scale*. The last column applies the second "
+           "*not testable at this scale*, and so at once is one whose reference run did not "
+           "converge there, since none of its comparisons can ever count. The last column applies the second "
            "convergence rule instead (test accuracy within "
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
            "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
@@ -283,6 +284,8 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
     # one converged refutation decides a claim; the runs still to come cannot undo it
     if c["verdict"] == "refuted":
       lead = "not run yet (they cannot change a refutation):"
+    elif c["verdict"].startswith(NOT_TESTABLE) and c["id"] in ("a", "a2"):
+      lead = "not run yet (they cannot change this: the reference did not converge):"
     elif c["verdict"].startswith(NOT_TESTABLE):
       lead = "the plan's runs for a GPU, not run:"
     else:

@@ -244,19 +244,25 @@ def unconverged_txt(r, *, test_rule: bool = False) -> str:
           f"{sum(per)}/{len(per)} seeds plateaued")
 
 
-def scale_verdict(rows, used, *, preset, pending, test_rule: bool = False) -> str:
+def scale_verdict(rows, used, *, preset, pending, reference=None,
+                  test_rule: bool = False) -> str:
   """A Task 1 claim's verdict from its comparisons ``rows`` (name, :func:`compare`)
   on the runs ``used``: :func:`combine`'s, except that at :data:`LARGEST_PRESET`,
   with no run ``pending``, a claim undecided only because runs did not converge
-  is :data:`NOT_TESTABLE`, naming them (docs/study.md). A converged comparison
-  still refutes, and one whose CI is merely wide keeps the claim inconclusive."""
+  is :data:`NOT_TESTABLE`, naming them (docs/study.md, fifth amendment). A
+  converged comparison still refutes, and one whose CI is merely wide keeps the
+  claim inconclusive. ``reference``, the run every comparison includes: if it
+  did not converge there, the label is given at once, pending runs or not,
+  since no comparison can ever count (eighth amendment)."""
   vk, ck = ("verdict_test_rule", "converged_test") if test_rule else ("verdict", "converged")
+  conv = converged_by_test_accuracy if test_rule else converged
+  if preset == LARGEST_PRESET and reference is not None and not conv(reference):
+    return f"{NOT_TESTABLE} ({unconverged_txt(reference, test_rule=test_rule)})"
   v = combine([p[vk] for _, p in rows])
   if v != "inconclusive" or preset != LARGEST_PRESET or pending:
     return v
   if any(p[vk] == "inconclusive" and p[ck] for _, p in rows):
     return v  # a converged comparison that decides nothing: not a matter of scale
-  conv = converged_by_test_accuracy if test_rule else converged
   bad = [r for r in used if not conv(r)]
   return f"{NOT_TESTABLE} ({'; '.join(unconverged_txt(r, test_rule=test_rule) for r in bad)})"
 
@@ -346,7 +352,7 @@ def claims(runs, pilots=()) -> list[dict]:
         for o in others:
           rows.append((f"{run_label(ref)} − {run_label(o)}", compare(ref, o)))
       used = ([ref] if ref is not None else []) + others
-      at = dict(preset=P1, pending=bool(missing))
+      at = dict(preset=P1, pending=bool(missing), reference=ref)
       out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged, "missing": missing,
                   "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
                            "beats every other PE",
@@ -369,7 +375,7 @@ def claims(runs, pilots=()) -> list[dict]:
              "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
         rows.append((f"{full_pe} − {part_pe} (k=1)", p))
       used = [r for r in (full, part) if r is not None]
-      at = dict(preset=P2, pending=bool(missing))
+      at = dict(preset=P2, pending=bool(missing), reference=full)
       out.append({"id": "a2", "mode": mode, "preset": P2, "judged": judged, "missing": missing,
                   "claim": f"Task 1: RoPE on 1 head within {CLOSE_MARGIN:g} points of full RoPE",
                   "paper": "≈ 90 % vs 92.64 %", "rows": rows,

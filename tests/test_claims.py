@@ -150,6 +150,35 @@ def test_not_testable_at_the_largest_budget_only_when_nothing_else_decides():
   assert _long(won, "a")["verdict"] == "reproduced"
 
 
+def test_an_unconverged_reference_at_the_largest_budget_is_not_testable_at_once():
+  """Eighth amendment: every comparison includes the reference, so once it did
+  not converge at ``long`` no missing rival can change the label; the row
+  says so at once (still listing what is missing), each column by its own
+  rule, and only at ``long``."""
+  L = dict(preset="long")
+  _long = lambda runs, cid: next(c for c in C.claims(runs) if c["id"] == cid
+                                 and c["mode"] == "clean" and c["preset"] == "long")
+  ref = _run("rope", 90.0, plateaued=2, **L)
+  rivals = [_run("alibi", 40.0, seed=11, **L), _run("learned", 99.0, seed=12, **L)]
+  a = _long([ref] + rivals, "a")
+  assert a["verdict"] == ("not testable at this scale (rope did not converge at long: "
+                          "2/8 seeds plateaued)")
+  assert len(a["missing"]) == len(C.CLAIM_PES["task1"]) - 3  # still listed
+  assert _long([ref], "a")["verdict"].startswith(C.NOT_TESTABLE)  # no rival at all
+  # with the reference converged, the missing rivals are still waited for
+  conv = dict(ref, plateau={"per_seed": [True] * 8})
+  assert _long([conv] + rivals, "a")["verdict"] == "refuted"  # learned beats it
+  tie = _run("learned", 90.0, seed=12, jitter=3.0, **L)
+  assert _long([conv, rivals[0], tie], "a")["verdict"] == "inconclusive"
+  # the same unconverged reference at study: inconclusive, the plan has a longer budget
+  assert _by_id([dict(ref, preset="study")] + [dict(r, preset="study") for r in rivals],
+                "a")["verdict"] == "inconclusive"
+  # (a2): its full-RoPE run is the reference; partial RoPE still missing
+  assert _long([ref], "a2")["verdict"].startswith(C.NOT_TESTABLE)
+  # the test-accuracy column uses its own rule: no records, no test plateau
+  assert a["verdict_test_rule"].startswith(C.NOT_TESTABLE)
+
+
 def test_compare_is_paired_on_shared_seeds():
   a = _run("rope", 90.0, jitter=0.0)
   b = _run("nope", 80.0, jitter=0.0, seeds=5)
