@@ -142,13 +142,19 @@ def _entries() -> list[Entry]:
   # it beat RoPE on 8/8 seeds, both converged, and one converged refutation
   # decides the claim whatever the slow PEs do
   out += [E(2, "long", "distance", pe, rope_heads=k) for pe, k in
-          (("rope", None), ("partial_rope", 1), ("learned", None), ("alibi", None),
-           ("relative", None), ("nope", None))]
+          (("rope", None), ("partial_rope", 1), ("learned", None), ("alibi", None))]
   # (a2) in faithful mode is judged at `long` once rope's faithful long run
   # exists, so partial RoPE's comes with it
   out += [E(2, "long", "distance", pe, faithful=True, rope_heads=k) for pe, k in
-          (("rope_sinusoidal", None), ("rope", None), ("nope", None), ("mla", None),
-           ("partial_rope", 1))]
+          (("rope_sinusoidal", None), ("rope", None), ("partial_rope", 1))]
+  # Runs that can no longer change a verdict, last (2026-12-03): clean (a) is
+  # refuted at `long` by a converged comparison (learned), and faithful (a) is
+  # not testable at this scale because its reference did not converge there
+  # (docs/study.md, eighth amendment). They only fill in the table. alibi-long
+  # stays above: no verdict needs it either, but it says whether ALiBi learns
+  # Task 1 at all at this size, which the decay pair of (f) is waiting to know.
+  out += [E(5, "long", "distance", pe) for pe in ("relative", "nope")]
+  out += [E(5, "long", "distance", pe, faithful=True) for pe in ("nope", "mla")]
   out += [E(5, "long", "distance", pe, rope_heads=k) for pe, k in
           (("sinusoidal", None), ("rope_sinusoidal", None),
            ("mla", None), ("partial_rope", 2))]
