@@ -224,10 +224,13 @@ def test_report_without_runs_fails(tmp_path):
 def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   """One converged rival beating RoPE refutes (a) while the plan's other
   rivals are still to run: the row names them as unable to change the
-  verdict, not as runs it waits for; an undecided row still waits."""
+  verdict, not as runs it waits for; an undecided row still waits; so does a
+  row whose reference did not converge at long name its missing rivals."""
   runs = str(tmp_path / "runs")
   _fixture_run(runs, "distance", "rope-study", "rope", [0.97, 0.96, 0.98])
   _fixture_run(runs, "distance", "learned-study", "learned", [0.99, 0.985, 0.995])
+  _fixture_run(runs, "distance", "rope_sinusoidal-faithful-long", "rope_sinusoidal",
+               [0.95, 0.7, 0.2], preset="long", faithful=True, plateaued=False)
   out = tmp_path / "RESULTS.md"
   res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
                         f"--out={out}", f"--figdir={tmp_path / 'fig'}",
@@ -243,6 +246,14 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   assert "waits for" not in a
   a2 = [line for line in rows if line.startswith("| (a2) ") and "| clean | study |" in line][0]
   assert "waits for `distance/partial_rope-k1-study` (P1)" in a2
+  # eighth amendment: a reference that did not converge at long decides the label at
+  # once, and the rivals still missing are named as unable to change it
+  fa = [line for line in rows if line.startswith("| (a) ") and "| faithful | long |" in line][0]
+  assert ("| **not testable at this scale (rope_sinusoidal did not converge at long: "
+          "0/3 seeds plateaued)** |") in fa
+  assert ("| not run yet (they cannot change this: the reference did not converge): "
+          "`distance/rope-faithful-long` (P2), `distance/nope-faithful-long` (P5)") in fa
+  assert "waits for" not in fa
 
 
 def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
