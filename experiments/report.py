@@ -281,10 +281,13 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
       evid = "<br>".join(f"{name}: {_cmp_txt(p)}"
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
-    # one converged refutation decides a claim; the runs still to come cannot undo it
+    task = "count" if c["id"] in ("b", "d") else "distance"
+    # one converged refutation decides a claim; the runs still to come cannot undo it.
+    # A Task 1 row not testable with runs missing has an unconverged reference
+    # (eighth amendment); a Task 2 one has only pilots (sixth amendment).
     if c["verdict"] == "refuted":
       lead = "not run yet (they cannot change a refutation):"
-    elif c["verdict"].startswith(NOT_TESTABLE) and c["id"] in ("a", "a2"):
+    elif c["verdict"].startswith(NOT_TESTABLE) and task == "distance":
       lead = "not run yet (they cannot change this: the reference did not converge):"
     elif c["verdict"].startswith(NOT_TESTABLE):
       lead = "the plan's runs for a GPU, not run:"
@@ -293,7 +296,6 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
     wait = missing_txt(c.get("missing", []), lead)
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
-    task = "count" if c["id"] in ("b", "d") else "distance"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
     verdict = f"**{c['verdict']}**"
     if c.get("judged") is False:  # its long row judges (docs/study.md, the long budget)

@@ -165,7 +165,8 @@ def test_an_unconverged_reference_at_the_largest_budget_is_not_testable_at_once(
                           "2/8 seeds plateaued)")
   assert len(a["missing"]) == len(C.CLAIM_PES["task1"]) - 3  # still listed
   assert _long([ref], "a")["verdict"].startswith(C.NOT_TESTABLE)  # no rival at all
-  # with the reference converged, the missing rivals are still waited for
+  # a converged reference is judged as before, missing rivals or not: a converged
+  # refutation decides, a converged tie keeps it inconclusive
   conv = dict(ref, plateau={"per_seed": [True] * 8})
   assert _long([conv] + rivals, "a")["verdict"] == "refuted"  # learned beats it
   tie = _run("learned", 90.0, seed=12, jitter=3.0, **L)
