@@ -62,7 +62,8 @@ flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
 from pe_spectral.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
-    NOT_TESTABLE, faithful_task2_pilots, find, plateau_of, run_spec)
+    NOT_TESTABLE, REFUTATION, cannot_change, claim_g_of, faithful_task2_pilots, find,
+    plateau_of, run_spec)
 from pe_spectral.claims import budget_override as _budget  # noqa: E402
 from pe_spectral.claims import config_variant, variant_label  # noqa: E402
 from pe_spectral.claims import encoding_of as _encoding  # noqa: E402
@@ -247,6 +248,21 @@ def missing_txt(specs, lead: str = "waits for") -> str:
   return (f"{lead} " + ", ".join(parts)) if parts else ""
 
 
+def waiting_lead(c) -> str:
+  """What a row says before the runs it still waits for: that they cannot
+  change its verdict (:func:`pe_spectral.claims.cannot_change`), that they are
+  a GPU's (a Task 2 row not testable from pilots, sixth amendment), or that
+  the row waits for them."""
+  why = cannot_change(c)
+  if why == REFUTATION:
+    return "not run yet (they cannot change a refutation):"
+  if why:
+    return f"not run yet (they cannot change this: {why}):"
+  if c["verdict"].startswith(NOT_TESTABLE):
+    return "the plan's runs for a GPU, not run:"
+  return "waits for"
+
+
 def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
   from pe_spectral import stats as _stats
   cl = claims(runs, pilots)
@@ -266,7 +282,8 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
            "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
            "A row that waits for runs names them as the study plan does "
-           "(a refuted one names those still to come, which cannot undo it) "
+           "(and says so when they cannot change its verdict: a refutation, or a label "
+           "that a run which did not converge has fixed) "
            "(`python -m experiments.study --list`; P = its priority).", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
            "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
@@ -282,18 +299,7 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
                          + ("" if p["converged"] else " *(not converged)*")
                          for name, p in c["rows"]) or "—"
     task = "count" if c["id"] in ("b", "d") else "distance"
-    # one converged refutation decides a claim; the runs still to come cannot undo it.
-    # A Task 1 row not testable with runs missing has an unconverged reference
-    # (eighth amendment); a Task 2 one has only pilots (sixth amendment).
-    if c["verdict"] == "refuted":
-      lead = "not run yet (they cannot change a refutation):"
-    elif c["verdict"].startswith(NOT_TESTABLE) and task == "distance":
-      lead = "not run yet (they cannot change this: the reference did not converge):"
-    elif c["verdict"].startswith(NOT_TESTABLE):
-      lead = "the plan's runs for a GPU, not run:"
-    else:
-      lead = "waits for"
-    wait = missing_txt(c.get("missing", []), lead)
+    wait = missing_txt(c.get("missing", []), waiting_lead(c))
     if wait:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
@@ -534,17 +540,6 @@ def _ci_txt(m, lo, hi, fmt="{:+.1f}") -> str:
   return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
-def claim_g_of(runs) -> dict:
-  """(g) from the committed clean ``deposit``-preset Task 1 runs and their
-  ``ablation.json`` (:func:`pe_spectral.thesis.claim_g`)."""
-  from pe_spectral import thesis
-  found = {pe: find(runs, "distance", pe, preset=DEPOSIT_PRESET)
-           for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
-  found = {pe: r for pe, r in found.items() if r is not None and r.get("ablation")}
-  return thesis.claim_g({pe: r["ablation"] for pe, r in found.items()},
-                        converged={pe: converged(r) for pe, r in found.items()})
-
-
 def _floor_txt(floor: float) -> str:
   return f" (above loss {floor:g})" if floor else ""
 
@@ -582,11 +577,13 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   if not with_g:
     return rows
   g = claim_g_of(runs)
-  fr = ", ".join(f"{pe} {100 * f:.0f} %" for pe, f in g["fractions"].items())
+  fr = ", ".join(f"{pe} {100 * f:.0f} %" + (" (not converged)" if pe in g["unconverged"] else "")
+                 for pe, f in g["fractions"].items())
   gv = (f"pooled multiplicative − additive {100 * g['diff']:+.0f} [{100 * g['lo']:+.0f}, "
         f"{100 * g['hi']:+.0f}] points of seeds; {fr}" if "diff" in g else
         (f"committed: {fr or 'none'}; "
-         + missing_txt([run_spec("distance", pe, preset=DEPOSIT_PRESET) for pe in g["missing"]])))
+         + missing_txt([run_spec("distance", pe, preset=DEPOSIT_PRESET) for pe in g["missing"]],
+                       waiting_lead(g))))
   rows.append(("g", "The deposit is inherent in multiplicative encodings (deposit preset, "
                "4 multiplicative vs 4 additive PEs)", gv, g["verdict"]))
   return rows

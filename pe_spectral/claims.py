@@ -8,6 +8,8 @@ rule is unit-tested on hand-made records.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
@@ -18,7 +20,8 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "budget_override", "config_variant", "variant_label", "preset_label",
            "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec",
            "LARGEST_PRESET", "NOT_TESTABLE", "scale_verdict", "unconverged_txt",
-           "pilot_txt", "pilots_verdict", "faithful_task2_pilots"]
+           "pilot_txt", "pilots_verdict", "faithful_task2_pilots", "claim_g_of",
+           "cannot_change", "waiting", "REFUTATION"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -400,6 +403,57 @@ def claims(runs, pilots=()) -> list[dict]:
                 "paper": "≈ 60 % drop from one layer-1 head of 'rope'",
                 "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe),
                 "verdict_test_rule": "—"})  # its rule does not use convergence
+  return out
+
+
+def claim_g_of(runs) -> dict:
+  """(g) from the committed clean ``deposit``-preset Task 1 runs that have an
+  ``ablation`` (:func:`pe_spectral.thesis.claim_g`, with the study's
+  convergence rule), as a claim row: ``"id"`` is ``"g"``."""
+  from pe_spectral import thesis
+  found = {pe: find(runs, "distance", pe, preset=DEPOSIT_PRESET)
+           for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
+  found = {pe: r for pe, r in found.items() if r is not None and r.get("ablation")}
+  g = thesis.claim_g({pe: r["ablation"] for pe, r in found.items()},
+                     converged={pe: converged(r) for pe, r in found.items()})
+  return {**g, "id": "g"}
+
+
+REFUTATION = "a refutation"
+
+
+def cannot_change(c: dict) -> Optional[str]:
+  """Why the runs a claim row (:func:`claims`, :func:`claim_g_of`) still waits
+  for cannot change its verdict, or None when they can:
+
+  * :data:`REFUTATION`: a converged comparison refuted it;
+  * "the reference did not converge": a Task 1 row not testable with runs
+    missing, which only an unconverged reference at the largest budget gives
+    (docs/study.md, eighth amendment); a Task 2 row not testable from pilots
+    (sixth amendment) is not settled: a GPU's runs would judge it;
+  * "<pes> did not converge": (g) with a committed run that did not converge
+    (ninth amendment).
+  """
+  v = c["verdict"]
+  if v == "refuted":
+    return REFUTATION
+  if v.startswith(NOT_TESTABLE) and c["id"] in ("a", "a2"):
+    return "the reference did not converge"
+  if c["id"] == "g" and c.get("unconverged"):
+    return f"{', '.join(c['unconverged'])} did not converge"
+  return None
+
+
+def waiting(runs, pilots=()) -> list:
+  """``[(spec, reason)]``: every run a verdict-table row waits for
+  (:func:`run_spec` fields), once per row, with :func:`cannot_change`'s
+  reason (None: that run can still change the row's verdict)."""
+  out = []
+  for c in claims(runs, pilots):
+    out += [(spec, cannot_change(c)) for spec in c.get("missing", [])]
+  g = claim_g_of(runs)
+  out += [(run_spec("distance", pe, preset=DEPOSIT_PRESET), cannot_change(g))
+          for pe in g.get("missing", [])]
   return out
 
 

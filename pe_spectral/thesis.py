@@ -257,17 +257,24 @@ def claim_g(ablations: dict, *, converged: Optional[dict] = None,
     converged: ``{pe: bool}`` (the study's rule); a run that did not converge
       makes the verdict "inconclusive (not converged)", numbers still given.
   Returns:
-    ``{"fractions": {pe: float}, "multiplicative", "additive" (pooled
-    fractions), "diff", "lo", "hi", "verdict"}``; "not run" until all eight
-    PEs are present.
+    ``{"fractions": {pe: float}, "unconverged": [pe], "multiplicative",
+    "additive" (pooled fractions), "diff", "lo", "hi", "verdict"}``. With PEs
+    missing: ``{"fractions", "unconverged", "missing", "verdict"}``, the
+    verdict "not run" -- unless a present run did not converge, which fixes
+    the label whatever the missing runs show (docs/study.md, ninth amendment).
   """
   from pe_spectral.claims import deposit_rule
   hits = {pe: np.asarray(deposit_rule(a)["per_seed"], bool) for pe, a in ablations.items()
           if pe in G_MULTIPLICATIVE + G_ADDITIVE}
-  out = {"fractions": {pe: float(h.mean()) for pe, h in hits.items()}}
+  unconverged = [pe for pe in G_MULTIPLICATIVE + G_ADDITIVE
+                 if pe in hits and converged is not None and not converged.get(pe, False)]
+  out = {"fractions": {pe: float(h.mean()) for pe, h in hits.items()},
+         "unconverged": unconverged}
+  not_converged = f"inconclusive (not converged: {', '.join(unconverged)})"
   missing = [pe for pe in G_MULTIPLICATIVE + G_ADDITIVE if pe not in hits]
   if missing:
-    return {**out, "missing": missing, "verdict": "not run"}
+    return {**out, "missing": missing,
+            "verdict": not_converged if unconverged else "not run"}
   rng = np.random.default_rng(seed)
   frac = lambda group: float(np.concatenate([hits[pe] for pe in group]).mean())
 
@@ -279,9 +286,8 @@ def claim_g(ablations: dict, *, converged: Optional[dict] = None,
   mult, add = frac(G_MULTIPLICATIVE), frac(G_ADDITIVE)
   lo, hi = np.percentile(boot(G_MULTIPLICATIVE) - boot(G_ADDITIVE), [2.5, 97.5])
   verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[_ci_side(lo, hi)]
-  unconverged = [pe for pe in hits if converged is not None and not converged.get(pe, False)]
   if unconverged:
-    verdict = f"inconclusive (not converged: {', '.join(unconverged)})"
+    verdict = not_converged
   return {**out, "multiplicative": mult, "additive": add, "diff": mult - add,
           "lo": float(lo), "hi": float(hi), "verdict": verdict}
 

@@ -341,3 +341,51 @@ def test_faithful_task2_rows_without_runs_are_labelled_by_the_pilots():
   long_ = dict(slow, examples_seen=20, seeds=[3, 5])
   assert [p["seeds"] for p in C.faithful_task2_pilots([long_, short])] == [[8, 9], [3, 5]]
   assert "seeds 3, 5" in C.pilot_txt(long_)
+
+
+def _drops(deposit: bool, seeds=8, layers=2, heads=4):
+  """Single-head knock-out drops: one layer-0 head carries 50 points, or all
+  heads 2 points (no head stands out)."""
+  d = np.full((seeds, layers, heads), 0.02)
+  if deposit:
+    d[:, 0, 1] = 0.5
+  return {"drop": d.tolist(), "seeds": list(range(seeds))}
+
+
+def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
+  """A refutation, an unconverged Task 1 reference at the largest budget
+  (eighth amendment) and an unconverged (g) run (ninth amendment) fix a row's
+  verdict, so the runs it still lists cannot change it; anything else --
+  a row that waits, a Task 2 row not testable from pilots -- can still
+  change. waiting() gives every listed run once per row, with that reason."""
+  from pe_spectral import thesis
+  lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
+  assert C.cannot_change(_by_id(lose, "a")) == C.REFUTATION
+  assert C.cannot_change(_by_id(lose[:1], "a")) is None  # waits: no comparison yet
+  ref = _run("rope", 90.0, plateaued=2, preset="long")
+  a_long = next(c for c in C.claims([ref])
+                if c["id"] == "a" and c["mode"] == "clean" and c["preset"] == "long")
+  assert a_long["missing"] and C.cannot_change(a_long) == "the reference did not converge"
+  assert C.cannot_change({"id": "b", "verdict": f"{C.NOT_TESTABLE} (pilots)"}) is None
+  dep = lambda pe, plateaued, deposit: _run(pe, 50.0, preset="deposit", plateaued=plateaued,
+                                            ablation=_drops(deposit))
+  runs = [dep("rope", 8, True), dep("alibi", 0, False)]
+  g = C.claim_g_of(runs)
+  assert g["id"] == "g" and g["verdict"] == "inconclusive (not converged: alibi)"
+  assert g["fractions"] == {"rope": 1.0, "alibi": 0.0}
+  assert C.cannot_change(g) == "alibi did not converge"
+  w = C.waiting(runs)
+  rest = [pe for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE if pe not in ("rope", "alibi")]
+  for pe in rest:  # only (g) waits for these, and it is settled
+    assert [why for s, why in w if s == C.run_spec("distance", pe, preset="deposit")] == [
+        "alibi did not converge"]
+  # (c) clean waits for its NoPE and MLA controls and is not settled (rope has
+  # its deposit in 8/8 seeds, ALiBi in none): those runs can still change it
+  assert _by_id(runs, "c")["verdict"] == "inconclusive (controls missing)"
+  for pe in ("nope", "mla"):
+    assert [why for s, why in w if s == C.run_spec("distance", pe, preset="deposit")] == [None]
+  # the same runs with ALiBi converged: (g) waits, nothing is settled by it
+  runs_ok = [runs[0], dep("alibi", 8, False)]
+  assert C.claim_g_of(runs_ok)["verdict"] == "not run"
+  assert all(why is None for s, why in C.waiting(runs_ok)
+             if s["preset"] == "deposit" and not s["faithful"])

@@ -321,6 +321,49 @@ def test_claim_g_reproduced_refuted_inconclusive_not_run():
   conv = {pe: pe != "xpos" for pe in mult | add}
   r = thesis.claim_g({**mult, **add}, converged=conv, resamples=500)
   assert r["verdict"] == "inconclusive (not converged: xpos)" and r["diff"] == 1
+  assert r["unconverged"] == ["xpos"]
+
+
+def test_claim_g_an_unconverged_run_fixes_the_label_with_runs_missing():
+  """Ninth amendment: a committed run that did not converge makes (g)
+  'inconclusive (not converged)' whatever the missing runs show, so the label
+  is given at once, the missing PEs still listed and no CI computed; with
+  every present run converged it stays 'not run'."""
+  present = {"rope": _ablation("deposit", seed=0), "alibi": _ablation("flat", seed=1),
+             "xpos": _ablation("deposit", seed=2)}
+  conv = {"rope": True, "alibi": False, "xpos": False}
+  r = thesis.claim_g(present, converged=conv)
+  # the plan's order (multiplicative, then additive), not the dict's
+  assert r["verdict"] == "inconclusive (not converged: xpos, alibi)"
+  assert r["unconverged"] == ["xpos", "alibi"]
+  assert r["missing"] == ["p_rope", "alibi_multiplicative", "rope_additive", "relative",
+                          "kerple_log"]
+  assert "diff" not in r and r["fractions"] == {"rope": 1.0, "alibi": 0.0, "xpos": 1.0}
+  r = thesis.claim_g(present, converged={pe: True for pe in present})
+  assert r["verdict"] == "not run" and r["unconverged"] == []
+  # the report's (g) row, from committed deposit runs: fractions marked, and the
+  # missing runs named by the plan as unable to change the label
+  from experiments import report
+  dep = lambda pe, plateaued, pattern: {
+      "task": "distance", "pe": pe, "preset": "deposit", "faithful": False,
+      "seeds": list(range(8)), "test_accuracy": [0.5] * 8, "ablation": _ablation(pattern),
+      "plateau": {"per_seed": [True] * plateaued + [False] * (8 - plateaued)}}
+  runs = [dep("rope", 8, "deposit"), dep("alibi", 0, "flat")]
+  g = {r[0]: r for r in report.thesis_claims({}, runs)}["g"]
+  assert g[3] == "inconclusive (not converged: alibi)"
+  assert g[2].startswith("committed: rope 100 %, alibi 0 % (not converged); not run yet "
+                         "(they cannot change this: alibi did not converge): "
+                         "`distance/alibi_multiplicative-deposit` (P2), ")
+  assert "`distance/xpos-deposit` (P2)" in g[2] and "waits for" not in g[2]
+  ok = {r[0]: r for r in report.thesis_claims({}, [runs[0], dep("alibi", 8, "flat")])}["g"]
+  assert ok[3] == "not run" and "; waits for `distance/alibi_multiplicative-deposit`" in ok[2]
+  assert "(not converged)" not in ok[2]
+  # whatever the missing runs would have shown, the label is the one given early
+  full = {pe: _ablation("deposit" if pe in thesis.G_MULTIPLICATIVE else "flat", seed=i)
+          for i, pe in enumerate(thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE)}
+  full_conv = {pe: conv.get(pe, True) for pe in full}
+  assert (thesis.claim_g(full, converged=full_conv, resamples=500)["verdict"]
+          == thesis.claim_g(present, converged=conv)["verdict"])
 
 
 def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
