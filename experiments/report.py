@@ -20,7 +20,6 @@ Hand-written notes after the marker line are kept. Figures go to
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
@@ -62,7 +61,7 @@ flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
 from pe_spectral.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
-    NOT_TESTABLE, REFUTATION, cannot_change, claim_g_of, faithful_task2_pilots, find,
+    NOT_TESTABLE, REFUTATION, cannot_change, claim_g_of, faithful_task2_pilots,
     plateau_of, run_spec)
 from pe_spectral.claims import budget_override as _budget  # noqa: E402
 from pe_spectral.claims import config_variant, variant_label  # noqa: E402
@@ -71,6 +70,7 @@ from pe_spectral.claims import mode_of as _mode  # noqa: E402
 from pe_spectral.claims import paper_number as _paper  # noqa: E402
 from pe_spectral.claims import preset_label as _preset  # noqa: E402
 from pe_spectral.claims import run_label as _label  # noqa: E402
+from pe_spectral.workdir import load_runs  # noqa: E402
 from experiments.report_lengths import lengths_section, load_lengths  # noqa: E402
 from experiments.report_thesis import (  # noqa: E402
     thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
@@ -86,35 +86,6 @@ def _cmp_txt(p) -> str:
   return (f"{p['mean']:+.1f} [{p['lo']:+.1f}, {p['hi']:+.1f}] "
           f"({p['wins']}/{p['n']} seeds, p = {p['p']:.3f})")
 
-
-
-def load_runs(root: str, depth: int = 2) -> list[dict]:
-  """The run directories ``root/<task>/<name>/`` (``depth`` 2), or
-  ``root/<name>/`` (``depth`` 1, the pilots), each with its small files."""
-  runs = []
-  for path in sorted(glob.glob(os.path.join(root, *["*"] * depth, "summary.json"))):
-    wd = os.path.dirname(path)
-    with open(path) as f:
-      s = json.load(f)
-    s["workdir"] = wd
-    s["name"] = os.path.basename(wd)
-    for key, fname in (("ablation", "ablation.json"), ("decompose", "decompose.json")):
-      extra = os.path.join(wd, fname)
-      if os.path.exists(extra):
-        with open(extra) as f:
-          s[key] = json.load(f)
-    s["ablations"] = {}
-    for extra in sorted(glob.glob(os.path.join(wd, "ablation*.json"))):
-      with open(extra) as f:
-        s["ablations"][os.path.basename(extra)[:-5]] = json.load(f)
-    from pe_spectral.runner import read_jsonl
-    s["records"] = read_jsonl(os.path.join(wd, "metrics.jsonl"))
-    cfg = os.path.join(wd, "config.json")
-    if os.path.exists(cfg):
-      with open(cfg) as f:
-        s["config"] = json.load(f)
-    runs.append(s)
-  return runs
 
 
 def spectra_section(runs) -> list[str]:

@@ -1,7 +1,7 @@
 """The paper's claims as a library: its numbers, the PEs each claim compares,
 the thresholds and the decision rules (docs/study.md).
 
-Pure functions of run records -- dicts as ``experiments.report.load_runs``
+Pure functions of run records -- dicts as ``pe_spectral.workdir.load_runs``
 reads them from committed files (``summary.json`` fields plus ``records``,
 ``config``, ``ablation``); nothing here reads files or renders text, so every
 rule is unit-tested on hand-made records.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import jax
 
 __all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
            "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",
-           "remove_unfinished_saves", "check_workdir"]
+           "remove_unfinished_saves", "check_workdir", "load_runs"]
 
 
 class ConfigMismatchError(RuntimeError):
@@ -170,3 +171,31 @@ def check_workdir(workdir, paths, config, resume) -> None:
   # included, whatever its format): untouched
   if writer and (old is None or diff):
     write_json(paths["config"], config)
+
+
+def load_runs(root: str, depth: int = 2) -> list[dict]:
+  """The run directories ``root/<task>/<name>/`` (``depth`` 2), or
+  ``root/<name>/`` (``depth`` 1, the pilots), each with its small files."""
+  runs = []
+  for path in sorted(glob.glob(os.path.join(root, *["*"] * depth, "summary.json"))):
+    wd = os.path.dirname(path)
+    with open(path) as f:
+      s = json.load(f)
+    s["workdir"] = wd
+    s["name"] = os.path.basename(wd)
+    for key, fname in (("ablation", "ablation.json"), ("decompose", "decompose.json")):
+      extra = os.path.join(wd, fname)
+      if os.path.exists(extra):
+        with open(extra) as f:
+          s[key] = json.load(f)
+    s["ablations"] = {}
+    for extra in sorted(glob.glob(os.path.join(wd, "ablation*.json"))):
+      with open(extra) as f:
+        s["ablations"][os.path.basename(extra)[:-5]] = json.load(f)
+    s["records"] = read_jsonl(os.path.join(wd, "metrics.jsonl"))
+    cfg = os.path.join(wd, "config.json")
+    if os.path.exists(cfg):
+      with open(cfg) as f:
+        s["config"] = json.load(f)
+    runs.append(s)
+  return runs
