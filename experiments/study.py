@@ -173,6 +173,23 @@ def entry_for(spec: dict) -> Optional[Entry]:
   return next((e for e in PLAN if e.spec == spec), None)
 
 
+def settled(results: str) -> dict:
+  """``{entry key: reason}``: the plan's runs whose verdicts are settled. Every
+  verdict-table row that still waits for such a run has a verdict it cannot
+  change (``claims.cannot_change``: a refutation, or a label a run that did
+  not converge has fixed), judged on the runs committed under ``results``.
+  A run no row waits for is not listed. (Pilots only move a faithful Task 2
+  row between "not run" and "not testable", neither settled, so they are not
+  read.)"""
+  from pe_spectral import claims, workdir
+  why: dict = {}
+  for spec, reason in claims.waiting(workdir.load_runs(results)):
+    e = entry_for(spec)
+    if e is not None:
+      why.setdefault(e.key, []).append(reason)
+  return {k: "; ".join(dict.fromkeys(rs)) for k, rs in why.items() if all(rs)}
+
+
 def committed(e: Entry, results: str) -> bool:
   d = os.path.join(results, e.key)
   return all(os.path.exists(os.path.join(d, f)) for f in
@@ -356,12 +373,21 @@ def main(argv):
       return 2
     plan = [by_key[w] for w in want]  # the order given
   todo = [e for e in plan if not committed(e, FLAGS.results)]
+  done = settled(FLAGS.results) if FLAGS.list or FLAGS.skip_settled else {}
   if FLAGS.list:
     for e in plan:
       state = "committed" if committed(e, FLAGS.results) else "to run"
+      if e.key in done and state == "to run":
+        state += f" (no verdict can change: {done[e.key]})"
       print(f"P{e.priority}  {e.key:<44} {state}")
-    print(f"{len(plan) - len(todo)} of {len(plan)} committed")
+    print(f"{len(plan) - len(todo)} of {len(plan)} committed; "
+          f"{sum(e.key in done for e in todo)} of the rest cannot change a verdict")
     return 0
+  if FLAGS.skip_settled:
+    for e in todo:
+      if e.key in done:
+        _log(f"skip {e.key}: no verdict can change ({done[e.key]})")
+    todo = [e for e in todo if e.key not in done]
   on_done = (lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
                                           commit=FLAGS.git_commit)) if FLAGS.collect else None
   _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers),
@@ -389,6 +415,10 @@ def define_flags() -> None:
   flags.DEFINE_string("only", None, "Comma list of run names (task/name) to run, in "
                       "that order (default: the plan's, most urgent first).")
   flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
+  flags.DEFINE_bool("skip_settled", False, "Skip a run when every verdict that waits for it "
+                    "is settled by the committed runs (a refutation, or a label an "
+                    "unconverged run has fixed): it cannot change a verdict. Runs no "
+                    "verdict waits for still run.")
   flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
                       "check the machinery in seconds).")
 

@@ -9,10 +9,14 @@
 # and git-committed (those paths only) as it finishes, so a session that ends
 # mid-queue loses no finished run. Then rebuild the report:
 # python -m experiments.report.
-# Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a `deposit` run
-# about 2.3 h. The rest of the plan (Task 2 at `long`, faithful Task 2, the
-# faithful `long` rivals) costs 2.4-10 h per run here and waits for
-# launch/study_gpu.sh.
+# A run that no verdict can use any more (every verdict-table row that waits for
+# it is settled: a refutation, or a label an unconverged run has fixed) is
+# skipped (experiments.study --skip_settled), except the DESCRIBE ones at the
+# queue's end, run for what they show once the runs that decide are done.
+# Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a clean
+# `deposit` run about 2.4 h, a faithful one about 4 h. The rest of the plan
+# (Task 2 at `long`, faithful Task 2, the faithful `long` rivals) costs
+# 2.4-10 h per run here and waits for launch/study_gpu.sh.
 #   launch/study_cpu.sh [--dry_run] [NAME ...]      (default: the whole queue; NICE=10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,23 +30,30 @@ QUEUE=(
   distance/partial_rope-k1-faithful-long
   distance/rope_sinusoidal-faithful-long # (a)'s faithful reference at long
   distance/rope_sinusoidal-faithful-deposit  # alone it can refute (c), faithful (< 2/3 seeds)
+  distance/nope-faithful-deposit         # (c)'s faithful controls: skipped once (c) is
+  distance/alibi-faithful-deposit        # refuted, since they cannot undo it
+  distance/mla-faithful-deposit
   thesis-128ep/rope_additive             # (f): the rotary pair's last rung (not a plan
   thesis-128ep/rope                      # entry: launch/thesis_cpu.sh; rope only if needed)
-  distance/alibi_multiplicative-deposit  # (g): the deposit with 8 heads per layer
-  distance/rope_additive-deposit
-  distance/xpos-deposit
-  distance/p_rope-deposit
+  distance/alibi_multiplicative-deposit  # (g): where a deposit forms with 8 heads per
+  distance/rope_additive-deposit         # layer; the label is fixed (alibi-deposit did
+  distance/xpos-deposit                  # not converge, ninth amendment), the fractions
+  distance/p_rope-deposit                # are still worth seeing
   distance/relative-deposit
   distance/kerple_log-deposit
-  distance/nope-faithful-deposit         # (c)'s faithful controls
-  distance/alibi-faithful-deposit
-  distance/mla-faithful-deposit
   distance/alibi-long                    # the rest of (a) at long, clean: they fill in
   distance/relative-long                 # the table but cannot undo learned's refutation
   distance/nope-long
   distance/sinusoidal-long
   distance/rope_sinusoidal-long
   distance/mla-long
+)
+# Run even when no verdict can change: what they show is the reason to run them.
+DESCRIBE=(
+  distance/alibi_multiplicative-deposit distance/rope_additive-deposit distance/xpos-deposit
+  distance/p_rope-deposit distance/relative-deposit distance/kerple_log-deposit
+  distance/alibi-long distance/relative-long distance/nope-long distance/sinusoidal-long
+  distance/rope_sinusoidal-long distance/mla-long
 )
 NAMES=("$@")
 if [[ ${#NAMES[@]} -eq 0 ]]; then NAMES=("${QUEUE[@]}"); fi
@@ -57,5 +68,8 @@ for name in "${NAMES[@]}"; do
       || echo "error: $name failed (its checkpoint stays under runs/); the queue goes on" >&2
     continue
   fi
-  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8 --git_commit
+  skip=(--skip_settled)
+  if [[ " ${DESCRIBE[*]} " == *" $name "* ]]; then skip=(); fi
+  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8 \
+    --git_commit "${skip[@]}"
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The converged study on one GPU within a time budget: a smoke check, a short
 # paper-preset speed probe, then `experiments.study` with several runs at once
-# (the study's models are small: compilation, not the GPU, is the bottleneck).
+# (the study's models are small: compilation, not the GPU, is the bottleneck),
+# skipping the runs no verdict can use any more (--skip_settled).
 # Finished runs' small files land in results/runs/; with OUT_DIR, a tarball of
 # them and of the logs goes there too. PROBE=0 skips the speed probe;
 # STUDY_ARGS adds flags to experiments.study (e.g. "--priority_max=2").
@@ -40,7 +41,7 @@ if [ "$DRY_RUN" -eq 0 ] && [ "$LEFT" -lt 60 ]; then
 fi
 # shellcheck disable=SC2086  # STUDY_ARGS is a list of flags
 run_or_print "$PY" -m experiments.study --workers="$WORKERS" --deadline_s="$LEFT" --grace_s=30 \
-  ${STUDY_ARGS:-}
+  --skip_settled ${STUDY_ARGS:-}
 if [ -n "$OUT_DIR" ]; then
   run_or_print tar czf "$OUT_DIR/study.tgz" results/runs runs/logs
 fi

@@ -79,8 +79,8 @@ def test_study_launchers_dry_run():
   lines = out.stdout.strip().splitlines()
   assert "--preset=smoke" in lines[1] and "--seed_group=1" in lines[2]
   # the deadline is the budget less 60 s and the seconds the dry run itself took (0-2)
-  assert any(lines[3].endswith(f"-m experiments.study --workers=4 --deadline_s={d} --grace_s=30")
-             for d in (540, 539, 538)), lines[3]
+  assert any(lines[3].endswith(f"-m experiments.study --workers=4 --deadline_s={d} --grace_s=30"
+                               " --skip_settled") for d in (540, 539, 538)), lines[3]
   assert lines[4] == "tar czf /tmp/o/study.tgz results/runs runs/logs"
   out = _run("launch/reproduce_cpu.sh", "--dry_run", "--seeds", "5")
   assert out.returncode == 0, out.stderr
@@ -204,8 +204,17 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   assert keys[0] == "distance/learned-long"
   assert all(plan[k].preset in ("long", "deposit") and plan[k].task == "distance"
              for k in keys)
-  assert all(line.startswith("nice -n 10 ") and line.endswith("--seeds=8 --git_commit")
+  assert all(line.startswith("nice -n 10 ") and "--seeds=8 --git_commit" in line
              for line in lines)
+  # runs no verdict can use are skipped, except the trailing ones run to describe:
+  # the (g) deposits (its label is fixed, ninth amendment) and the clean long rivals
+  skip = [k for k, line in zip(keys, lines) if line.endswith("--git_commit --skip_settled")]
+  describe = [k for k, line in zip(keys, lines) if line.endswith("--git_commit")]
+  assert len(skip) + len(describe) == len(keys) and keys[:len(skip)] == skip
+  assert "distance/rope_sinusoidal-faithful-deposit" in skip
+  assert "distance/nope-faithful-deposit" in skip
+  assert all(k.endswith("-deposit") or k.endswith("-long") for k in describe)
+  assert sum(k.endswith("-deposit") for k in describe) == 6
   one = _run("launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
   assert [line.split("--only=")[1].split()[0]
           for line in one.stdout.strip().splitlines()] == [keys[3], keys[1]]

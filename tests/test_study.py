@@ -1,5 +1,6 @@
 """The study driver: plan, skipping committed runs, collecting, parallel runs with a deadline."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -162,7 +163,8 @@ def test_list_and_bad_flags(tmp_path):
                         f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr
   lines = res.stdout.strip().splitlines()
-  assert lines[-1] == f"0 of {len(study.PLAN)} committed"
+  assert lines[-1] == (f"0 of {len(study.PLAN)} committed; "
+                       "0 of the rest cannot change a verdict")
   assert lines[0].split()[:3] == ["P1", "distance/rope-study", "to"]
   prios = [int(line.split()[0][1:]) for line in lines[:-1]]
   assert prios == sorted(prios) and len(prios) == len(study.PLAN)  # most urgent first
@@ -179,6 +181,47 @@ def test_list_and_bad_flags(tmp_path):
                          text=True)
     assert res.returncode == 2 and res.stderr.startswith("error:"), (bad, res.stderr)
 
+
+
+def _summary(results, key, pe, acc, plateaued=8):
+  d = os.path.join(results, key)
+  os.makedirs(d)
+  with open(os.path.join(d, "summary.json"), "w") as f:
+    json.dump({"task": key.split("/")[0], "pe": pe, "preset": "study", "faithful": False,
+               "rope_heads": None, "seeds": list(range(8)),
+               "test_accuracy": [acc + 0.001 * i for i in range(8)],
+               "plateau": {"per_seed": [True] * plateaued + [False] * (8 - plateaued)}}, f)
+
+
+def test_settled_runs_are_listed_and_skipped(tmp_path):
+  """A converged rival that beats RoPE refutes (a) at study: the rivals (a)
+  still waits for can no longer change a verdict, so --list says so and
+  --skip_settled does not run them; a run another row waits for (partial RoPE,
+  for (a2)) is not settled. With RoPE winning nothing is settled."""
+  results = str(tmp_path / "results")
+  _summary(results, "distance/rope-study", "rope", 0.90)
+  _summary(results, "distance/learned-study", "learned", 0.95)
+  assert study.settled(results)["distance/alibi-study"] == "a refutation"
+  assert "distance/partial_rope-k1-study" not in study.settled(results)
+  cmd = [sys.executable, "-m", "experiments.study", f"--results={results}",
+         f"--runs={tmp_path / 'runs'}"]
+  res = subprocess.run(cmd + ["--list", "--only=distance/alibi-study,"
+                              "distance/partial_rope-k1-study"],
+                       cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.splitlines() == [
+      "P1  distance/alibi-study" + " " * 25 + "to run (no verdict can change: a refutation)",
+      "P1  distance/partial_rope-k1-study" + " " * 15 + "to run",
+      "0 of 2 committed; 1 of the rest cannot change a verdict"]
+  res = subprocess.run(cmd + ["--skip_settled", "--only=distance/alibi-study,distance/nope-study"],
+                       cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  assert "skip distance/alibi-study: no verdict can change (a refutation)" in res.stderr
+  assert "skip distance/nope-study" in res.stderr and "0 of 0 run(s) finished" in res.stderr
+  assert not os.path.exists(tmp_path / "runs" / "distance")  # nothing trained
+  shutil.rmtree(os.path.join(results, "distance", "learned-study"))
+  _summary(results, "distance/learned-study", "learned", 0.50)
+  assert study.settled(results) == {}
 
 
 def test_registered_configurations_reach_the_sweep_and_the_report():
