@@ -426,6 +426,9 @@ def cannot_change(c: dict) -> Optional[str]:
   """Why the runs a claim row (:func:`claims`, :func:`claim_g_of`) still waits
   for cannot change its verdict, or None when they can:
 
+  * "the long row judges this claim": a ``study`` row that no longer judges
+    (:func:`claim_presets`: the claim's ``long`` reference exists, so the
+    ``long`` row gives the verdict from now on);
   * :data:`REFUTATION`: a converged comparison refuted it;
   * "the reference did not converge": a Task 1 row not testable with runs
     missing, which only an unconverged reference at the largest budget gives
@@ -435,6 +438,8 @@ def cannot_change(c: dict) -> Optional[str]:
     (ninth amendment).
   """
   v = c["verdict"]
+  if c.get("judged") is False:
+    return f"the {LONG_PRESET} row judges this claim"
   if v == "refuted":
     return REFUTATION
   if v.startswith(NOT_TESTABLE) and c["id"] in ("a", "a2"):

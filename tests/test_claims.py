@@ -367,6 +367,14 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
                 if c["id"] == "a" and c["mode"] == "clean" and c["preset"] == "long")
   assert a_long["missing"] and C.cannot_change(a_long) == "the reference did not converge"
   assert C.cannot_change({"id": "b", "verdict": f"{C.NOT_TESTABLE} (pilots)"}) is None
+  # once the long reference exists the study row no longer judges: its missing runs
+  # cannot change the verdict, whatever the study row shows
+  study_ref = _run("rope", 97.0)
+  a_study = next(c for c in C.claims([study_ref, ref])
+                 if c["id"] == "a" and c["mode"] == "clean" and c["preset"] == "study")
+  assert a_study["judged"] is False and a_study["missing"]
+  assert C.cannot_change(a_study) == "the long row judges this claim"
+  assert C.cannot_change(_by_id([study_ref], "a")) is None  # no long run: study judges
   dep = lambda pe, plateaued, deposit: _run(pe, 50.0, preset="deposit", plateaued=plateaued,
                                             ablation=_drops(deposit))
   runs = [dep("rope", 8, True), dep("alibi", 0, False)]
