@@ -253,8 +253,8 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
            "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
            "A row that waits for runs names them as the study plan does "
-           "(and says so when they cannot change its verdict: a refutation, or a label "
-           "that a run which did not converge has fixed) "
+           "(and says so when they cannot change its verdict: a refutation, a label "
+           "that a run which did not converge has fixed, or a row that no longer judges) "
            "(`python -m experiments.study --list`; P = its priority).", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
            "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
