@@ -19,7 +19,7 @@ __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PR
            "combine", "claim_preset", "claim_presets", "claims", "run_label",
            "budget_override", "config_variant", "variant_label", "preset_label",
            "paper_number", "encoding_of", "mode_of", "TASK2_CONFIGS", "run_spec",
-           "LARGEST_PRESET", "NOT_TESTABLE", "scale_verdict", "unconverged_txt",
+           "LARGEST_PRESET", "NOT_TESTABLE", "RIVALS_MISSING", "scale_verdict", "unconverged_txt",
            "pilot_txt", "pilots_verdict", "faithful_task2_pilots", "claim_g_of",
            "cannot_change", "waiting", "REFUTATION"]
 
@@ -160,6 +160,9 @@ CLOSE_MARGIN = 5.0
 # converge cannot be decided at this project's scale, and says so with the runs.
 LARGEST_PRESET = LONG_PRESET
 NOT_TESTABLE = "not testable at this scale"
+# (a) with every comparison made so far won but rivals still to run: a claim of
+# several comparisons is reproduced only if all of them are (docs/study.md)
+RIVALS_MISSING = "inconclusive (rivals missing)"
 
 
 def mode_of(r) -> str:
@@ -256,12 +259,17 @@ def scale_verdict(rows, used, *, preset, pending, reference=None,
   converged comparison still refutes, and one whose CI is merely wide keeps the
   claim inconclusive. ``reference``, the run every comparison includes: if it
   did not converge there, the label is given at once, pending runs or not,
-  since no comparison can ever count (eighth amendment)."""
+  since no comparison can ever count (eighth amendment). With runs
+  ``pending``, comparisons that all reproduce read :data:`RIVALS_MISSING`: a
+  claim of several comparisons is reproduced only if all of them are."""
   vk, ck = ("verdict_test_rule", "converged_test") if test_rule else ("verdict", "converged")
   conv = converged_by_test_accuracy if test_rule else converged
   if preset == LARGEST_PRESET and reference is not None and not conv(reference):
     return f"{NOT_TESTABLE} ({unconverged_txt(reference, test_rule=test_rule)})"
   v = combine([p[vk] for _, p in rows])
+  if pending and v == "reproduced":
+    # "reproduced if all [comparisons] are": a missing rival is not yet beaten
+    return RIVALS_MISSING
   if v != "inconclusive" or preset != LARGEST_PRESET or pending:
     return v
   if any(p[vk] == "inconclusive" and p[ck] for _, p in rows):

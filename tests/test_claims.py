@@ -26,9 +26,15 @@ def _by_id(runs, cid, mode="clean"):
 
 
 def test_claim_a_reproduced_refuted_and_not_converged():
-  win = [_run("rope", 97.0), _run("nope", 10.0, seed=1), _run("learned", 90.0, seed=2)]
+  rivals = [pe for pe in C.CLAIM_PES["task1"] if pe != "rope"]
+  win = [_run("rope", 97.0)] + [_run(pe, 90.0 - i, seed=1 + i) for i, pe in enumerate(rivals)]
   a = _by_id(win, "a")
-  assert a["verdict"] == "reproduced" and len(a["rows"]) == 2
+  assert a["verdict"] == "reproduced" and len(a["rows"]) == len(rivals) and not a["missing"]
+  # every comparison made so far won, but a rival is still to run: not reproduced yet
+  a = _by_id(win[:3], "a")
+  assert a["verdict"] == C.RIVALS_MISSING and len(a["rows"]) == 2
+  assert [s["pe"] for s in a["missing"]] == rivals[2:]
+  assert C.cannot_change(a) is None  # the missing rivals can still refute it
   lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
   assert _by_id(lose, "a")["verdict"] == "refuted"
   slow = [_run("rope", 97.0), _run("learned", 90.0, plateaued=3, seed=2)]
@@ -102,7 +108,8 @@ def test_a_long_row_judges_and_the_study_row_stays_beside_it():
   rows = [c for c in C.claims(study + long) if c["id"] == "a" and c["mode"] == "clean"]
   assert [(c["preset"], c["judged"]) for c in rows] == [("study", False), ("long", True)]
   assert rows[0]["verdict"] == "refuted" and len(rows[0]["rows"]) == 2   # learned beats rope
-  assert rows[1]["verdict"] == "reproduced" and len(rows[1]["rows"]) == 1  # only alibi at long
+  # only alibi at long so far: won, but the other rivals are still to run there
+  assert rows[1]["verdict"] == C.RIVALS_MISSING and len(rows[1]["rows"]) == 1
   only = [c for c in C.claims(study) if c["id"] == "a" and c["mode"] == "clean"]
   assert [(c["preset"], c["judged"]) for c in only] == [("study", True)]
   # (a2) follows its own reference: partial RoPE at long without full RoPE there
@@ -209,13 +216,19 @@ def test_second_convergence_rule_judges_test_accuracy():
   memorising = _with_records(_run("nope", 10.0, seed=1), train_flat=False, test_flat=True)
   assert not C.converged(memorising) and C.converged_by_test_accuracy(memorising)
   rope = _with_records(_run("rope", 97.0), train_flat=True, test_flat=True)
-  learned = _with_records(_run("learned", 90.0, seed=2), train_flat=True, test_flat=True)
-  a = _by_id([rope, memorising, learned], "a")
+  # every other rival present, converged by both rules and beaten
+  beaten = [_with_records(_run(pe, 80.0, seed=10 + i), train_flat=True, test_flat=True)
+            for i, pe in enumerate(C.CLAIM_PES["task1"]) if pe not in ("rope", "nope")]
+  a = _by_id([rope, memorising] + beaten, "a")
+  assert not a["missing"]
   assert a["verdict"] == "inconclusive" and a["verdict_test_rule"] == "reproduced"
   rising = _with_records(_run("nope", 10.0, seed=1), train_flat=True, test_flat=False)
   assert C.converged(rising) and not C.converged_by_test_accuracy(rising)
-  a = _by_id([rope, rising, learned], "a")
+  a = _by_id([rope, rising] + beaten, "a")
   assert a["verdict"] == "reproduced" and a["verdict_test_rule"] == "inconclusive"
+  # with a rival missing, each column says so where it would reproduce
+  a = _by_id([rope, memorising] + beaten[1:], "a")
+  assert a["verdict"] == "inconclusive" and a["verdict_test_rule"] == C.RIVALS_MISSING
   # a tolerance of 2 points: a last-third wobble of 1.5 points still plateaus
   wobble = dict(memorising, records=[dict(x, test_accuracy=[v + (0.015 if i == 7 else 0)
                                                            for v in x["test_accuracy"]])
