@@ -176,8 +176,9 @@ def entry_for(spec: dict) -> Optional[Entry]:
 def settled(results: str) -> dict:
   """``{entry key: reason}``: the plan's runs whose verdicts are settled. Every
   verdict-table row that still waits for such a run has a verdict it cannot
-  change (``claims.cannot_change``: a refutation, or a label a run that did
-  not converge has fixed), judged on the runs committed under ``results``.
+  change (``claims.cannot_change``: a refutation, a label a run that did not
+  converge has fixed, or a ``study`` row whose ``long`` row now judges), judged
+  on the runs committed under ``results``.
   A run no row waits for is not listed. (Pilots only move a faithful Task 2
   row between "not run" and "not testable", neither settled, so they are not
   read.)"""
@@ -416,9 +417,9 @@ def define_flags() -> None:
                       "that order (default: the plan's, most urgent first).")
   flags.DEFINE_integer("priority_max", 99, "Run only entries of this priority or more urgent.")
   flags.DEFINE_bool("skip_settled", False, "Skip a run when every verdict that waits for it "
-                    "is settled by the committed runs (a refutation, or a label an "
-                    "unconverged run has fixed): it cannot change a verdict. Runs no "
-                    "verdict waits for still run.")
+                    "is settled by the committed runs (a refutation, a label an "
+                    "unconverged run has fixed, or a study row the long row replaced): "
+                    "it cannot change a verdict. Runs no verdict waits for still run.")
   flags.DEFINE_string("preset", None, "Replace every entry's preset (e.g. smoke, to "
                       "check the machinery in seconds).")
 

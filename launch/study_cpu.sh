@@ -10,7 +10,8 @@
 # mid-queue loses no finished run. Then rebuild the report:
 # python -m experiments.report.
 # A run that no verdict can use any more (every verdict-table row that waits for
-# it is settled: a refutation, or a label an unconverged run has fixed) is
+# it is settled: a refutation, a label an unconverged run has fixed, or a
+# `study` row its `long` row replaced as the judge) is
 # skipped (experiments.study --skip_settled), except the DESCRIBE ones at the
 # queue's end, run for what they show once the runs that decide are done.
 # Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a clean
