@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.."
 . launch/common.sh
 
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
-QUEUE=(
+# Runs that can still decide a verdict, skipped once none can (--skip_settled).
+DECIDE=(
   distance/learned-long                  # alone it refuted (a) at long (committed)
   distance/rope-faithful-long            # with the next: (a2), faithful
   distance/partial_rope-k1-faithful-long
@@ -36,6 +37,9 @@ QUEUE=(
   distance/mla-faithful-deposit
   thesis-128ep/rope_additive             # (f): the rotary pair's last rung (not a plan
   thesis-128ep/rope                      # entry: launch/thesis_cpu.sh; rope only if needed)
+)
+# Run even when no verdict can change: what they show is the reason to run them.
+DESCRIBE=(
   distance/alibi_multiplicative-deposit  # (g): where a deposit forms with 8 heads per
   distance/rope_additive-deposit         # layer; the label is fixed (alibi-deposit did
   distance/xpos-deposit                  # not converge, ninth amendment), the fractions
@@ -49,13 +53,7 @@ QUEUE=(
   distance/rope_sinusoidal-long
   distance/mla-long
 )
-# Run even when no verdict can change: what they show is the reason to run them.
-DESCRIBE=(
-  distance/alibi_multiplicative-deposit distance/rope_additive-deposit distance/xpos-deposit
-  distance/p_rope-deposit distance/relative-deposit distance/kerple_log-deposit
-  distance/alibi-long distance/relative-long distance/nope-long distance/sinusoidal-long
-  distance/rope_sinusoidal-long distance/mla-long
-)
+QUEUE=("${DECIDE[@]}" "${DESCRIBE[@]}")
 NAMES=("$@")
 if [[ ${#NAMES[@]} -eq 0 ]]; then NAMES=("${QUEUE[@]}"); fi
 for name in "${NAMES[@]}"; do
