@@ -11,7 +11,12 @@ the study continues across sessions and machines; a run interrupted here
 resumes from its checkpoint under ``runs/``. ``--collect`` copies each
 finished run's small files (config, summary, metrics curve, ablation JSON)
 into ``--results/<task>/<name>/`` -- never checkpoints -- and ``--git_commit``
-commits them (those paths only) as each run finishes.
+commits them (those paths only) as each run finishes. A run whose plan asks
+for the paper-style ablation too (all data, leak) is committed twice: once its
+test-split ablation, which the verdicts read, is written, and again after the
+paper-style one; a session that ends between the two loses no evidence, and
+the next one runs that ablation alone if the trained run is still under
+``runs/`` (a run already committed is never retrained for it).
 
 With ``--workers`` > 1 the runs go to that many processes at once (on a GPU
 the small models leave the device mostly idle, and compilation is CPU-bound);
@@ -35,6 +40,8 @@ from pe_spectral.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
+# what `experiments.ablate --split=all --leak` writes (ablate.output_name)
+PAPER_ABLATION = "ablation-leak-all.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +199,19 @@ def settled(results: str) -> dict:
 
 
 def committed(e: Entry, results: str) -> bool:
+  """The run's evidence is under ``results``: training's small files and the
+  test-split ablation, which the verdicts read (the paper-style ablation,
+  where the plan asks for one, is descriptive: ``paper_ablation_missing``)."""
   d = os.path.join(results, e.key)
   return all(os.path.exists(os.path.join(d, f)) for f in
              SMALL_FILES + ("ablation.json",))
+
+
+def paper_ablation_missing(e: Entry, results: str) -> bool:
+  """Committed, but without the paper-style ablation the plan asks for (the
+  session ended while it ran, after the run's evidence was committed)."""
+  return (e.paper_ablation and committed(e, results)
+          and not os.path.exists(os.path.join(results, e.key, PAPER_ABLATION)))
 
 
 def collect(e: Entry, runs_root: str, results: str) -> bool:
@@ -242,21 +259,32 @@ def git_commit(paths: list[str], message: str, cwd: str = ".", *, tries: int = 6
   return ""
 
 
-def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool) -> bool:
+def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
+                       partial: bool = False) -> bool:
   """``collect``, then (with ``commit``) a git commit of just that run's small
-  files, so that a session that ends mid-queue loses no finished run."""
+  files, so that a session that ends mid-queue loses no finished run.
+  ``partial``: the run's evidence (trained, test-split ablation) is ready and
+  its paper-style ablation still to come; nothing is done before the
+  test-split ablation is written."""
+  if partial and not os.path.exists(os.path.join(runs_root, e.key, "ablation.json")):
+    return False
   if not collect(e, runs_root, results):
     return False
   if commit:
     dst = os.path.join(results, e.key)
+    what = ("its test-split ablation done, the paper-style one to follow" if partial
+            else "as the run finished")
     err = git_commit([dst], f"results: {e.key}, {e.preset} preset (committed by "
-                     "experiments.study as the run finished)")
+                     f"experiments.study, {what})")
     if err:
       _log(f"could not commit {dst}: {err}")
   return True
 
 
-def commands(e: Entry, runs_root: str, seeds: int, workers: int = 1) -> list[list[str]]:
+def commands(e: Entry, runs_root: str, seeds: int, workers: int = 1, *,
+             paper_only: bool = False) -> list[list[str]]:
+  """The run's programs: train (or resume), the test-split ablation, and the
+  paper-style one where the plan asks; ``paper_only``: that last one alone."""
   py = [sys.executable, "-m"]
   wd = os.path.join(runs_root, e.key)
   # training (where its seed groups are sized: GPU/TPU) and the ablation size
@@ -268,6 +296,10 @@ def commands(e: Entry, runs_root: str, seeds: int, workers: int = 1) -> list[lis
   if e.paper_ablation:
     cmds.append(py + ["experiments.ablate", f"--workdir={wd}", "--split=all", "--leak"]
                 + share)
+  if paper_only:
+    if not e.paper_ablation:
+      raise ValueError(f"{e.key}: the plan asks for no paper-style ablation")
+    return cmds[2:]
   return cmds
 
 
@@ -277,9 +309,10 @@ def _log(msg: str) -> None:
 
 def run_plan(entries, commands_of, *, log_dir: str, workers: int = 1,
              deadline_s: float = 0.0, grace_s: float = 60.0, on_done=None,
-             poll_s: float = 0.5):
+             on_step=None, poll_s: float = 0.5):
   """Runs each entry's command list (one after another) in ``workers``
   processes at once; a failing command ends its entry.
+  ``on_step(entry)`` runs after each of an entry's commands but its last.
 
   With ``deadline_s`` > 0 no entry starts after ``deadline_s`` seconds and
   running ones are killed at ``deadline_s + grace_s`` (their checkpoints stay;
@@ -326,6 +359,8 @@ def run_plan(entries, commands_of, *, log_dir: str, workers: int = 1,
         _log(f"FAILED {e.key} (exit {rc}); see {log.name}")
         failed.append(e.key)
       elif rest:
+        if on_step:
+          on_step(e)
         running[e] = start(e, rest)
       else:
         finished.append(e.key)
@@ -374,12 +409,19 @@ def main(argv):
       return 2
     plan = [by_key[w] for w in want]  # the order given
   todo = [e for e in plan if not committed(e, FLAGS.results)]
+  # committed before its paper-style ablation ran: that ablation alone, where
+  # the trained run is still here (else it is gone with its checkpoint)
+  trained = lambda e: os.path.exists(os.path.join(FLAGS.runs, e.key, "summary.json"))
+  paper_todo = [e for e in plan if paper_ablation_missing(e, FLAGS.results)]
   done = settled(FLAGS.results) if FLAGS.list or FLAGS.skip_settled else {}
   if FLAGS.list:
     for e in plan:
       state = "committed" if committed(e, FLAGS.results) else "to run"
       if e.key in done and state == "to run":
         state += f" (no verdict can change: {done[e.key]})"
+      if e in paper_todo:
+        state += (" (its paper-style ablation to run)" if trained(e) else
+                  f" (no paper-style ablation: the trained run is not under {FLAGS.runs})")
       print(f"P{e.priority}  {e.key:<44} {state}")
     print(f"{len(plan) - len(todo)} of {len(plan)} committed; "
           f"{sum(e.key in done for e in todo)} of the rest cannot change a verdict")
@@ -389,12 +431,22 @@ def main(argv):
       if e.key in done:
         _log(f"skip {e.key}: no verdict can change ({done[e.key]})")
     todo = [e for e in todo if e.key not in done]
-  on_done = (lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
-                                          commit=FLAGS.git_commit)) if FLAGS.collect else None
-  _, failed, _ = run_plan(todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers),
-                          log_dir=os.path.join(FLAGS.runs, "logs"), workers=FLAGS.workers,
-                          deadline_s=FLAGS.deadline_s, grace_s=FLAGS.grace_s,
-                          on_done=on_done)
+  paper_only = {e.key for e in paper_todo if trained(e)}
+  todo += [e for e in paper_todo if e.key in paper_only]
+  on_done = on_step = None
+  if FLAGS.collect:
+    on_done = lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
+                                           commit=FLAGS.git_commit)
+    # the evidence is committed before the (long, descriptive) paper-style
+    # ablation, so a session that ends during it loses no verdict
+    on_step = lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
+                                           commit=FLAGS.git_commit, partial=True)
+  _, failed, _ = run_plan(
+      todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers,
+                               paper_only=e.key in paper_only),
+      log_dir=os.path.join(FLAGS.runs, "logs"), workers=FLAGS.workers,
+      deadline_s=FLAGS.deadline_s, grace_s=FLAGS.grace_s, on_done=on_done,
+      on_step=on_step)
   return 1 if failed else 0
 
 

@@ -252,3 +252,82 @@ def test_registered_configurations_reach_the_sweep_and_the_report():
   assert len(judged) == len(claims.TASK2_CONFIGS)  # every registered configuration is planned
   # the preset's own entries stay untagged
   assert "count/nope-long" in [e.key for e in study.PLAN if not e.overrides]
+
+
+def test_evidence_is_committed_before_the_paper_ablation(tmp_path, monkeypatch):
+  """A run whose plan asks for the paper-style ablation is committed once its
+  test-split ablation exists (the verdicts' evidence), then again with the
+  paper-style one; before the test-split ablation nothing is collected. A
+  committed run missing only that ablation gets it alone, never a retraining."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
+                                  capture_output=True, text=True).stdout
+  git("init", "-q")
+  git("config", "user.email", "t@t")
+  git("config", "user.name", "t")
+  e = next(e for e in study.PLAN if e.paper_ablation)
+  wd = tmp_path / "runs" / e.key
+  (wd / "ckpt").mkdir(parents=True)
+  for f in study.SMALL_FILES:
+    (wd / f).write_text("{}")
+  monkeypatch.chdir(tmp_path)
+  assert not study.collect_and_commit(e, "runs", "res", commit=True, partial=True)
+  assert not (tmp_path / "res").exists()  # trained, not yet ablated: nothing
+  (wd / "ablation.json").write_text("{}")
+  assert study.collect_and_commit(e, "runs", "res", commit=True, partial=True)
+  assert "paper-style one to follow" in git("log", "-1", "--format=%s")
+  assert study.committed(e, "res") and study.paper_ablation_missing(e, "res")
+  (wd / study.PAPER_ABLATION).write_text("{}")
+  assert study.collect_and_commit(e, "runs", "res", commit=True)
+  assert git("show", "--name-only", "--format=", "HEAD").split() == [
+      f"res/{e.key}/{study.PAPER_ABLATION}"]
+  assert not study.paper_ablation_missing(e, "res")
+  plain = next(p for p in study.PLAN if not p.paper_ablation)
+  assert not study.paper_ablation_missing(plain, "res")
+  only = study.commands(e, "runs", 8, paper_only=True)
+  assert only == study.commands(e, "runs", 8)[2:] and len(only) == 1
+  try:
+    study.commands(plain, "runs", 8, paper_only=True)
+    raise AssertionError("no paper-style ablation to run alone")
+  except ValueError as err:
+    assert plain.key in str(err)
+
+
+def test_paper_ablation_file_is_what_ablate_writes():
+  res = subprocess.run([sys.executable, "-c", "from experiments.ablate import output_name; "
+                        "print(output_name('single', True, 'all'))"], cwd=ROOT,
+                       capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.strip() + ".json" == study.PAPER_ABLATION
+
+
+def test_run_plan_steps_between_commands(tmp_path):
+  """on_step runs after every command of an entry but its last (and not after
+  a failing one); on_done once, at the end."""
+  entries = [study.Entry(1, "study", "distance", pe) for pe in ("rope", "nope")]
+  cmds = {"distance/rope-study": [_py("pass")] * 3,
+          "distance/nope-study": [_py("pass"), _py("raise SystemExit(1)"), _py("pass")]}
+  steps, done = [], []
+  finished, failed, _ = study.run_plan(
+      entries, lambda e: cmds[e.key], log_dir=str(tmp_path / "logs"), workers=2,
+      on_done=lambda e: done.append(e.key), on_step=lambda e: steps.append(e.key),
+      poll_s=0.02)
+  assert sorted(steps) == ["distance/nope-study"] + ["distance/rope-study"] * 2
+  assert done == finished == ["distance/rope-study"] and failed == ["distance/nope-study"]
+
+
+def test_list_names_a_missing_paper_ablation(tmp_path):
+  e = next(e for e in study.PLAN if e.paper_ablation)
+  res_dir, runs_dir = tmp_path / "res" / e.key, tmp_path / "runs" / e.key
+  _summary(str(tmp_path / "res"), e.key, e.pe, 0.9)
+  for f in ("config.json", "metrics.jsonl", "ablation.json"):
+    (res_dir / f).write_text("{}")
+  def listed():
+    res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+                          f"--results={tmp_path / 'res'}", f"--runs={tmp_path / 'runs'}",
+                          f"--only={e.key}"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()[0]
+  assert "committed (no paper-style ablation: the trained run is not under" in listed()
+  runs_dir.mkdir(parents=True)
+  (runs_dir / "summary.json").write_text("{}")
+  assert listed().endswith("committed (its paper-style ablation to run)")
