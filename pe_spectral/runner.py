@@ -316,6 +316,7 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
                            if record_curvature else (None, None))
 
   first = True  # this session's first chunk: its calls compile
+  spent_s, spent_steps = 0.0, 0  # this session's measured chunks, for the ETA
   while step < total:
     t0 = time.time()
     k = min(eval_every, total - step)
@@ -386,8 +387,11 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
       # so is its recording, which also compiles; later chunks count it).
       run_s = max(dt - compile_s, 1e-9)
       chunk_s = run_s + (0.0 if first else rec_s)
+      # the ETA at this session's mean pace, so that one chunk slowed (or
+      # sped) by a neighbour on a shared machine does not swing it
+      spent_s, spent_steps = spent_s + chunk_s, spent_steps + k
       progress({"step": step, "total": total, "steps_per_s": k / run_s,
-                "eta_s": (total - step) * chunk_s / k, "chunk_s": chunk_s,
+                "eta_s": (total - step) * spent_s / spent_steps, "chunk_s": chunk_s,
                 "compile_s": compile_s if first else None,
                 "loss_mean": float(losses.mean()),
                 "loss_std": float(losses.mean(1).std()),

@@ -281,3 +281,17 @@ def test_lock_holder_reads_without_taking_or_changing_the_lock(tmp_path):
   assert workdir.remove_unfinished_saves(ckpt) == ["12", "18"]
   assert os.listdir(ckpt) == ["6"]
   assert workdir.remove_unfinished_saves(str(tmp_path / "none")) == []
+
+
+def test_eta_is_at_the_sessions_mean_pace(tmp_path):
+  """Each progress line's ETA is the steps left times this session's mean
+  time per step over every chunk so far (its reported ``chunk_s``), not the
+  last chunk's alone: one chunk slowed by a neighbour does not swing it."""
+  seen = []
+  _run(str(tmp_path / "run"), progress=seen.append)
+  assert [p["step"] for p in seen] == [6, 12, 18, 24]
+  for i, p in enumerate(seen):
+    spent = sum(q["chunk_s"] for q in seen[:i + 1])
+    want = (p["total"] - p["step"]) * spent / p["step"]
+    assert abs(p["eta_s"] - want) <= 1e-9 * max(want, 1.0), (i, p, want)
+  assert seen[-1]["eta_s"] == 0.0
