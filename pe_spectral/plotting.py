@@ -18,6 +18,13 @@ def _band(ax, x, per_seed, label, color):
   ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
 
 
+def _save(fig, path: str, **savefig_kw) -> None:
+  """Lays the figure out, writes it to ``path`` and frees it."""
+  fig.tight_layout()
+  fig.savefig(path, **savefig_kw)
+  plt.close(fig)
+
+
 def accuracy_curves(records: list[dict], path: str, title: str = "") -> None:
   """Train/test accuracy (mean ± std over seeds) against step, from metrics.jsonl rows."""
   if not records:
@@ -34,9 +41,7 @@ def accuracy_curves(records: list[dict], path: str, title: str = "") -> None:
   ax.set_title(f"{title} (mean ± std over {n} seed{'s' if n != 1 else ''})",
                fontsize=9)
   ax.legend(loc="lower right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def spectral_bound_tightness(rows: list[dict], path: str) -> None:
@@ -66,9 +71,7 @@ def spectral_bound_tightness(rows: list[dict], path: str) -> None:
     row[0].set_ylabel("slack ÷ (λmax − λmin)")
   axes.flat[len(pes) - 1].legend(fontsize=6, loc="best")
   fig.suptitle("Certified eigenvalue enclosures (≥ 0 = valid)", fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def spectral_spread_growth(toeplitz_rows: list[dict], envelope_rows: list[dict],
@@ -105,9 +108,7 @@ def spectral_spread_growth(toeplitz_rows: list[dict], envelope_rows: list[dict],
     a2.set_title("RoPE logits, iid content: envelope is θ-free", fontsize=9)
     a2.legend(fontsize=7)
     a2.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def spectral_content_contraction(rows: list[dict], path: str) -> None:
@@ -126,9 +127,7 @@ def spectral_content_contraction(rows: list[dict], path: str) -> None:
   ax.set_title("Does RoPE contract? It depends on the content", fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
@@ -150,9 +149,7 @@ def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
   ax.set_ylabel("layer")
   ax.set_title(title, fontsize=7)
   fig.colorbar(im, ax=ax, label="accuracy drop (points)", shrink=0.8)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
@@ -188,9 +185,7 @@ def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
   a2.set_xlabel("layer.head")
   a2.set_title("distribution over examples and seeds", fontsize=7)
   fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
@@ -216,9 +211,7 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
     ax.grid(alpha=0.3)
   a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
   fig.suptitle(title + " — medians over probe examples, mean over seeds", fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def learning_curves(curves: list[dict], path: str, title: str = "", *,
@@ -253,9 +246,7 @@ def learning_curves(curves: list[dict], path: str, title: str = "", *,
   ax.grid(alpha=0.3, which="both")
   ax.set_title(title + " (line: mean over seeds; band: min..max)", fontsize=9)
   ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def ablation_per_seed(drop, seeds, path: str, title: str = "") -> None:
@@ -320,9 +311,7 @@ def length_curves(results: list[dict], path: str, title: str = "") -> None:
     r0 = results[0]
     ax.set_title(title or f"{r0['task']}: trained at {r0['train_len']} tokens "
                  "(mean, 95% bootstrap CI over seeds)", fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(fig, path, dpi=110)
 
 
 _THESIS_COLORS = {"rope": "tab:blue", "rope_additive": "tab:cyan",
@@ -377,9 +366,7 @@ def thesis_figures(runs: dict, paths: dict) -> None:
     ax.set_title(f"layer {layer}: head median", fontsize=9)
     ax.grid(alpha=0.3)
   axes[0, 0].legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(paths["ratio"])
-  plt.close(fig)
+  _save(fig, paths["ratio"])
 
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
   for i, pe in enumerate(pes):
@@ -399,9 +386,7 @@ def thesis_figures(runs: dict, paths: dict) -> None:
   axes[0].legend(fontsize=7)
   fig.suptitle("loss curvature on 64 fixed training examples (geometric mean ± std over seeds)",
                fontsize=9)
-  fig.tight_layout()
-  fig.savefig(paths["sharpness"])
-  plt.close(fig)
+  _save(fig, paths["sharpness"])
 
   fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
   for i, pe in enumerate(pes):
@@ -416,9 +401,7 @@ def thesis_figures(runs: dict, paths: dict) -> None:
   ax.set_ylabel("examples to 90 % of final test acc (k)")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(paths["scatter"])
-  plt.close(fig)
+  _save(fig, paths["scatter"])
 
   fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=110)
   for i, pe in enumerate(pes):
@@ -430,9 +413,7 @@ def thesis_figures(runs: dict, paths: dict) -> None:
   ax.set_ylim(0, 100)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="lower right")
-  fig.tight_layout()
-  fig.savefig(paths["curves"])
-  plt.close(fig)
+  _save(fig, paths["curves"])
 
 
 def frequency_heatmaps(drop, frequencies, deposit_head, seeds, path: str,
