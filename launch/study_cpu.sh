@@ -15,7 +15,10 @@
 # skipped (experiments.study --skip_settled), except the DESCRIBE ones at the
 # queue's end, run for what they show once the runs that decide are done.
 # Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a clean
-# `deposit` run about 2.4 h, a faithful one about 4 h. The rest of the plan
+# `deposit` run about 2.4 h, a faithful one 2.4 h alone (about 4 h beside
+# other work). A run still going when a session ends resumes only if the next
+# session has this machine's runs/ (else it starts over): a run's evidence is
+# committed as soon as its test-split ablation is written. The rest of the plan
 # (Task 2 at `long`, faithful Task 2, the faithful `long` rivals) costs
 # 2.4-10 h per run here and waits for launch/study_gpu.sh.
 #   launch/study_cpu.sh [--dry_run] [NAME ...]      (default: the whole queue; NICE=10)
