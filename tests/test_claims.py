@@ -85,6 +85,8 @@ def test_claim_c_deposit_verdicts():
   assert _by_id(good[:2], "c")["verdict"] == "inconclusive (controls missing)"
   no_deposit = [_run("rope", 90, ablation=abl(False), **dep)] + good[1:]
   assert _by_id(no_deposit, "c")["verdict"] == "refuted"
+  # the reference alone refutes when it falls short: no control can undo that
+  assert _by_id(no_deposit[:1], "c")["verdict"] == "refuted"
   nope_too = good[:1] + [_run("nope", 10, ablation=abl(True), **dep)] + good[2:]
   assert _by_id(nope_too, "c")["verdict"] == "refuted"
 
