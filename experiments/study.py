@@ -439,8 +439,8 @@ def main(argv):
                                            commit=FLAGS.git_commit)
     # the evidence is committed before the (long, descriptive) paper-style
     # ablation, so a session that ends during it loses no verdict
-    on_step = lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
-                                           commit=FLAGS.git_commit, partial=True)
+    on_step = lambda e: e.paper_ablation and collect_and_commit(
+        e, FLAGS.runs, FLAGS.results, commit=FLAGS.git_commit, partial=True)
   _, failed, _ = run_plan(
       todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers,
                                paper_only=e.key in paper_only),

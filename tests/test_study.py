@@ -1,5 +1,6 @@
 """The study driver: plan, skipping committed runs, collecting, parallel runs with a deadline."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -331,3 +332,32 @@ def test_list_names_a_missing_paper_ablation(tmp_path):
   runs_dir.mkdir(parents=True)
   (runs_dir / "summary.json").write_text("{}")
   assert listed().endswith("committed (its paper-style ablation to run)")
+
+
+def test_study_commits_the_evidence_then_the_paper_ablation(tmp_path):
+  """End to end at the smoke preset, in a scratch repository: a run whose plan
+  asks for the paper-style ablation lands in two commits, the first with the
+  test-split ablation and without the paper-style one."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
+                                  capture_output=True, text=True).stdout
+  git("init", "-q")
+  git("config", "user.email", "t@t")
+  git("config", "user.name", "t")
+  # --preset=smoke keeps the first plan entry of each name: rope's study run
+  e = next(e for e in sorted(study.PLAN, key=lambda e: e.priority)
+           if (e.task, e.pe, e.faithful, e.tag) == ("distance", "rope", False, ""))
+  assert e.paper_ablation
+  e = dataclasses.replace(e, preset="smoke")
+  res = subprocess.run([sys.executable, "-m", "experiments.study", "--preset=smoke",
+                        f"--only={e.key}", "--seeds=5", "--git_commit", "--runs=runs",
+                        "--results=res"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+  assert res.returncode == 0, res.stderr[-3000:]
+  first, second = git("log", "--reverse", "--format=%H").split()
+  in_first = git("show", "--name-only", "--format=", first).split()
+  assert f"res/{e.key}/ablation.json" in in_first
+  assert f"res/{e.key}/summary.json" in in_first
+  assert not any(f.endswith(study.PAPER_ABLATION) for f in in_first)
+  assert "paper-style one to follow" in git("log", "-1", "--format=%s", first)
+  assert git("show", "--name-only", "--format=", second).split() == [
+      f"res/{e.key}/{study.PAPER_ABLATION}"]
