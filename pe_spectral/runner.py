@@ -10,8 +10,9 @@ Workdir layout (everything a table or plot shows is read from these files):
   each with a checksum; a resume restores the newest one that verifies
   (``Checkpointer.restore_verified``), falling back to the older one;
 * ``summary.json``  -- final per-seed accuracies and their mean/std, the
-  examples seen, whether each seed plateaued (``stats.plateau``) and the
-  device it ran on;
+  examples seen, whether each seed plateaued (``stats.plateau``), the
+  device it ran on and (``environment``) the library versions and host CPU of
+  the session that finished it;
 * ``accuracy.png``  -- train/test accuracy curves (mean ± std over seeds);
 * ``.lock``         -- held (``flock``) while a run trains here: a second run on
   the same workdir is refused; the kernel drops the lock when the holder dies,
@@ -19,7 +20,8 @@ Workdir layout (everything a table or plot shows is read from these files):
 
 Rerunning the same command resumes from the last checkpoint and reproduces the
 uninterrupted run exactly (batch order and dropout are functions of
-(seed, step)); a finished run is not retrained. Only process 0 writes files.
+(seed, step)) on the same machine and libraries; a finished run is not
+retrained. Only process 0 writes files.
 """
 from __future__ import annotations
 
@@ -401,6 +403,41 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
   return records
 
 
+def host_environment() -> dict:
+  """What produced the numbers, beyond the config: the library versions and
+  the host CPU (its model and whether it has AVX-512, which changes float
+  rounding and so per-seed digits; a run whose training is chaotic, like the
+  paper's optimiser's, can then end elsewhere). Recorded in ``summary.json``
+  for the session that finished the run."""
+  import platform
+  from importlib import metadata
+  versions = {"python": platform.python_version()}
+  for pkg in ("jax", "jaxlib", "flax", "optax", "numpy"):
+    try:
+      versions[pkg] = metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+      versions[pkg] = None
+  cpu = {"machine": platform.machine(), "model": platform.processor() or None,
+         "avx512": None}
+  try:
+    with open("/proc/cpuinfo") as f:
+      info = f.read().split("\n\n")[0]
+  except OSError:
+    info = ""
+  fields = {}
+  for line in info.splitlines():
+    key, _, value = line.partition(":")
+    fields.setdefault(key.strip(), value.strip())
+  if fields:
+    cpu["model"] = fields.get("model name") or cpu["model"]
+    if "cpu family" in fields and "model" in fields:
+      cpu["family_model"] = f"{fields['cpu family']}/{fields['model']}"
+    flag_list = (fields.get("flags") or fields.get("Features") or "").split()
+    cpu["avx512"] = "avx512f" in flag_list
+  cpu["cores"] = os.cpu_count()
+  return {"versions": versions, "cpu": cpu}
+
+
 def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> dict:
   """``summary.json`` (and the figures) from the evaluations of a finished run."""
   rc, seeds, paths, workdir = session.rc, session.seeds, session.paths, session.workdir
@@ -427,6 +464,7 @@ def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> 
       "num_devices": jax.device_count(),
       "wall_seconds": last["elapsed"],
       "session_wall_seconds": time.time() - t_start,
+      "environment": host_environment(),
   }
   if session.writer:
     write_json(paths["summary"], summary)

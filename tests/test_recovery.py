@@ -283,12 +283,20 @@ def test_lock_holder_reads_without_taking_or_changing_the_lock(tmp_path):
   assert workdir.remove_unfinished_saves(str(tmp_path / "none")) == []
 
 
-def test_eta_is_at_the_sessions_mean_pace(tmp_path):
+def test_eta_and_environment(tmp_path):
   """Each progress line's ETA is the steps left times this session's mean
   time per step over every chunk so far (its reported ``chunk_s``), not the
   last chunk's alone: one chunk slowed by a neighbour does not swing it."""
   seen = []
-  _run(str(tmp_path / "run"), progress=seen.append)
+  summary = _run(str(tmp_path / "run"), progress=seen.append)
+  # beside it, the summary names what produced the numbers
+  env = json.load(open(tmp_path / "run" / "summary.json"))["environment"]
+  assert env == summary["environment"]
+  assert env["versions"]["jax"] == jax.__version__
+  assert env["versions"]["numpy"] == np.__version__
+  assert env["cpu"]["cores"] == os.cpu_count()
+  if os.path.exists("/proc/cpuinfo"):
+    assert env["cpu"]["avx512"] == ("avx512f" in open("/proc/cpuinfo").read().split())
   assert [p["step"] for p in seen] == [6, 12, 18, 24]
   for i, p in enumerate(seen):
     spent = sum(q["chunk_s"] for q in seen[:i + 1])
