@@ -63,15 +63,26 @@ for name in "${NAMES[@]}"; do
   [[ " ${QUEUE[*]} " == *" $name "* ]] || die "'$name' is not in the CPU queue: ${QUEUE[*]}"
 done
 PY=${PYTHON:-python3}
+# A run that fails (a seed's loss not finite, say) does not stop the queue: the
+# runs after it still decide their own verdicts. The script exits 1 at the end,
+# naming the failed runs (their logs: runs/logs/, the checkpoints stay).
+failed=()
 for name in "${NAMES[@]}"; do
   if [[ "$name" == thesis-128ep/* ]]; then
-    run_or_print env GIT_COMMIT=1 PYTHON="$PY" nice -n "${NICE:-10}" \
-      launch/thesis_cpu.sh --last_rung "${name#*/}" \
-      || echo "error: $name failed (its checkpoint stays under runs/); the queue goes on" >&2
-    continue
+    cmd=(env GIT_COMMIT=1 PYTHON="$PY" nice -n "${NICE:-10}"
+         launch/thesis_cpu.sh --last_rung "${name#*/}")
+  else
+    skip=(--skip_settled)
+    if [[ " ${DESCRIBE[*]} " == *" $name "* ]]; then skip=(); fi
+    cmd=(nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8
+         --git_commit "${skip[@]}")
   fi
-  skip=(--skip_settled)
-  if [[ " ${DESCRIBE[*]} " == *" $name "* ]]; then skip=(); fi
-  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8 \
-    --git_commit "${skip[@]}"
+  if ! run_or_print "${cmd[@]}"; then
+    echo "error: $name failed (its checkpoint stays under runs/); the queue goes on" >&2
+    failed+=("$name")
+  fi
 done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "error: ${#failed[@]} run(s) failed: ${failed[*]}" >&2
+  exit 1
+fi

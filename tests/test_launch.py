@@ -218,3 +218,23 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   one = _run("launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
   assert [line.split("--only=")[1].split()[0]
           for line in one.stdout.strip().splitlines()] == [keys[3], keys[1]]
+
+
+def test_study_cpu_queue_goes_on_after_a_failed_run(tmp_path):
+  """A run that fails does not stop the queue: the next one still starts, and
+  the script exits 1 at the end naming the failed run."""
+  calls = tmp_path / "calls.txt"
+  stub = tmp_path / "python"
+  stub.write_text("#!/usr/bin/env bash\n"
+                  f"echo \"$*\" >> {calls}\n"
+                  "case \"$*\" in *nope-faithful-deposit*) exit 1 ;; esac\n")
+  stub.chmod(0o755)
+  out = _run("launch/study_cpu.sh", "distance/nope-faithful-deposit",
+             "distance/alibi-faithful-deposit", PYTHON=str(stub))
+  assert out.returncode == 1, out.stderr
+  ran = calls.read_text().splitlines()
+  assert [line.split("--only=")[1].split()[0] for line in ran] == [
+      "distance/nope-faithful-deposit", "distance/alibi-faithful-deposit"]
+  assert "distance/nope-faithful-deposit failed" in out.stderr
+  assert out.stderr.strip().splitlines()[-1] == (
+      "error: 1 run(s) failed: distance/nope-faithful-deposit")
