@@ -48,7 +48,7 @@ from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_wo
 
 __all__ = ["run", "load_run", "LoadedRun", "NonFiniteLossError", "ConfigMismatchError",
            "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
-           "write_json", "config_diff", "workdir_lock", "json_safe"]
+           "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
 
 class NonFiniteLossError(RuntimeError):
