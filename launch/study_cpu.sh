@@ -22,6 +22,12 @@
 # (Task 2 at `long`, faithful Task 2, the faithful `long` rivals) costs
 # 2.4-10 h per run here and waits for launch/study_gpu.sh.
 #   launch/study_cpu.sh [--dry_run] [NAME ...]      (default: the whole queue; NICE=10)
+# NICE yields the CPU to other work only within one session: where Linux
+# groups processes by session (sched_autogroup_enabled = 1), a queue started
+# under setsid, or from another terminal or tmux, shares the CPU equally with
+# the test suite whatever its nice (seen here: the suite took 25 min instead of
+# 10). Start it from the session that runs the other work, or lower its whole
+# session: echo 10 > /proc/<its pid>/autogroup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
