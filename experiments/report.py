@@ -472,10 +472,22 @@ def deposit_section(runs, figdir, outdir) -> list[str]:
   return lines
 
 
+def _machine(r) -> str:
+  """The device a run finished on, with the host CPU where its summary names
+  one (``environment``, recorded since 2026-12-03)."""
+  kind = r.get("device_kind") or "unknown device"
+  cpu = (r.get("environment") or {}).get("cpu") or {}
+  if kind == "cpu" and cpu.get("model"):
+    isa = {True: ", AVX-512", False: ", no AVX-512"}.get(cpu.get("avx512"), "")
+    fm = f" {cpu['family_model']}" if cpu.get("family_model") else ""
+    kind += f" ({cpu['model']}{fm}{isa})"
+  return kind
+
+
 def compute_line(runs) -> str:
   by = {}
   for r in runs:
-    key = r.get("device_kind") or "unknown device"
+    key = _machine(r)
     by.setdefault(key, [0.0, 0])
     by[key][0] += r.get("wall_seconds", 0.0)
     by[key][1] += 1

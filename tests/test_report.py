@@ -296,3 +296,25 @@ def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
     assert (tmp_path / "fig" / f"curves_count_pilots_faithful_{word}.png").stat().st_size > 0
   text, rows = report(tmp_path / "none")
   assert "| **not run** |" in rows["faithful| (b)"] and "faithful pilots" not in text
+
+
+def test_compute_line_names_the_host_cpu_where_recorded():
+  """Runs whose summary records the host CPU are counted apart from those that
+  do not, and from each other, so every number's machine can be named."""
+  from experiments import report
+  env = lambda model, avx: {"cpu": {"model": model, "family_model": "25/17",
+                                    "avx512": avx}}
+  runs = [{"device_kind": "cpu", "wall_seconds": 3600.0},
+          {"device_kind": "cpu", "wall_seconds": 1800.0, "environment": env("AMD EPYC", True)},
+          {"device_kind": "cpu", "wall_seconds": 1800.0, "environment": env("AMD EPYC", True)},
+          {"device_kind": "cpu", "wall_seconds": 360.0, "environment": env("Xeon", False)},
+          {"device_kind": "NVIDIA H200", "wall_seconds": 72.0,
+           "environment": env("AMD EPYC", True)}]
+  line = report.compute_line(runs)
+  assert line.startswith("Compute: ")
+  parts = line[len("Compute: "):].split(" (compilation")[0].split("; ")
+  assert parts == [
+      "1 run(s) on NVIDIA H200: 0.02 h of training wall time",
+      "1 run(s) on cpu: 1.00 h of training wall time",
+      "2 run(s) on cpu (AMD EPYC 25/17, AVX-512): 1.00 h of training wall time",
+      "1 run(s) on cpu (Xeon 25/17, no AVX-512): 0.10 h of training wall time"]
