@@ -40,6 +40,8 @@ from pe_spectral.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
+# what the verdicts read of a run: training's small files, the test-split ablation
+EVIDENCE = SMALL_FILES + ("ablation.json",)
 # what `experiments.ablate --split=all --leak` writes (ablate.output_name)
 PAPER_ABLATION = "ablation-leak-all.json"
 
@@ -203,8 +205,7 @@ def committed(e: Entry, results: str) -> bool:
   test-split ablation, which the verdicts read (the paper-style ablation,
   where the plan asks for one, is descriptive: ``paper_ablation_missing``)."""
   d = os.path.join(results, e.key)
-  return all(os.path.exists(os.path.join(d, f)) for f in
-             SMALL_FILES + ("ablation.json",))
+  return all(os.path.exists(os.path.join(d, f)) for f in EVIDENCE)
 
 
 def paper_ablation_missing(e: Entry, results: str) -> bool:
@@ -263,10 +264,11 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
                        partial: bool = False) -> bool:
   """``collect``, then (with ``commit``) a git commit of just that run's small
   files, so that a session that ends mid-queue loses no finished run.
-  ``partial``: the run's evidence (trained, test-split ablation) is ready and
-  its paper-style ablation still to come; nothing is done before the
-  test-split ablation is written."""
-  if partial and not os.path.exists(os.path.join(runs_root, e.key, "ablation.json")):
+  ``partial``: the run's evidence (``EVIDENCE``) is ready and its paper-style
+  ablation still to come; nothing is done for a run without one, or before
+  the evidence is written."""
+  if partial and not (e.paper_ablation and all(
+      os.path.exists(os.path.join(runs_root, e.key, f)) for f in EVIDENCE)):
     return False
   if not collect(e, runs_root, results):
     return False
@@ -439,8 +441,8 @@ def main(argv):
                                            commit=FLAGS.git_commit)
     # the evidence is committed before the (long, descriptive) paper-style
     # ablation, so a session that ends during it loses no verdict
-    on_step = lambda e: e.paper_ablation and collect_and_commit(
-        e, FLAGS.runs, FLAGS.results, commit=FLAGS.git_commit, partial=True)
+    on_step = lambda e: collect_and_commit(e, FLAGS.runs, FLAGS.results,
+                                           commit=FLAGS.git_commit, partial=True)
   _, failed, _ = run_plan(
       todo, lambda e: commands(e, FLAGS.runs, FLAGS.seeds, FLAGS.workers,
                                paper_only=e.key in paper_only),

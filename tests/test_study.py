@@ -8,9 +8,21 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from experiments import study
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _scratch_repo(path):
+  """An empty git repository at ``path``; returns ``git(*args) -> stdout`` there."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=path, check=True,
+                                  capture_output=True, text=True).stdout
+  git("init", "-q")
+  git("config", "user.email", "t@t")
+  git("config", "user.name", "t")
+  return git
 
 
 def _py(code):
@@ -75,11 +87,7 @@ def test_collect_and_commit_commits_only_the_run(tmp_path, monkeypatch):
   """The run's small files land in one commit; a file staged by someone else
   stays staged and out of it; outside a repository the files are still
   collected and the study goes on."""
-  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
-                                  capture_output=True, text=True).stdout
-  git("init", "-q")
-  git("config", "user.email", "t@t")
-  git("config", "user.name", "t")
+  git = _scratch_repo(tmp_path)
   (tmp_path / "other.txt").write_text("mine")
   git("add", "other.txt")
   e = study.Entry(1, "study", "distance", "rope")
@@ -260,11 +268,7 @@ def test_evidence_is_committed_before_the_paper_ablation(tmp_path, monkeypatch):
   test-split ablation exists (the verdicts' evidence), then again with the
   paper-style one; before the test-split ablation nothing is collected. A
   committed run missing only that ablation gets it alone, never a retraining."""
-  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
-                                  capture_output=True, text=True).stdout
-  git("init", "-q")
-  git("config", "user.email", "t@t")
-  git("config", "user.name", "t")
+  git = _scratch_repo(tmp_path)
   e = next(e for e in study.PLAN if e.paper_ablation)
   wd = tmp_path / "runs" / e.key
   (wd / "ckpt").mkdir(parents=True)
@@ -286,11 +290,8 @@ def test_evidence_is_committed_before_the_paper_ablation(tmp_path, monkeypatch):
   assert not study.paper_ablation_missing(plain, "res")
   only = study.commands(e, "runs", 8, paper_only=True)
   assert only == study.commands(e, "runs", 8)[2:] and len(only) == 1
-  try:
+  with pytest.raises(ValueError, match=plain.key):  # no paper-style ablation to run alone
     study.commands(plain, "runs", 8, paper_only=True)
-    raise AssertionError("no paper-style ablation to run alone")
-  except ValueError as err:
-    assert plain.key in str(err)
 
 
 def test_paper_ablation_file_is_what_ablate_writes():
@@ -338,11 +339,7 @@ def test_study_commits_the_evidence_then_the_paper_ablation(tmp_path):
   """End to end at the smoke preset, in a scratch repository: a run whose plan
   asks for the paper-style ablation lands in two commits, the first with the
   test-split ablation and without the paper-style one."""
-  git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,
-                                  capture_output=True, text=True).stdout
-  git("init", "-q")
-  git("config", "user.email", "t@t")
-  git("config", "user.name", "t")
+  git = _scratch_repo(tmp_path)
   # --preset=smoke keeps the first plan entry of each name: rope's study run
   e = next(e for e in sorted(study.PLAN, key=lambda e: e.priority)
            if (e.task, e.pe, e.faithful, e.tag) == ("distance", "rope", False, ""))
