@@ -13,7 +13,9 @@
 # and results/thesis-64ep/.
 # --last_rung: 128 epochs, seeds 0-4 (the seventh amendment), in
 # runs/thesis-128ep/ and results/thesis-128ep/; rope only once rope_additive
-# converged there (else the pair cannot be decided at 128 epochs).
+# converged there (else the pair cannot be decided at 128 epochs). GATE=0 lets
+# rope run without waiting (launch/gpu_decide.sh trains both at once on a GPU);
+# its result may be committed only once rope_additive's has passed the gate.
 # --count: the four PEs on Task 2 (counting, 48 tokens, dropout 0; the fourth
 # amendment), 24 epochs, seeds 0-4, in runs/thesis-count/ and
 # results/thesis-count/.
@@ -61,7 +63,8 @@ for pe in "${PES[@]}"; do
     continue
   fi
   gate="results/${name}/rope_additive/summary.json"
-  if [[ -n "$last_rung" && "$pe" == rope ]] && ! { [[ -f "$gate" ]] && converged "$gate"; }; then
+  if [[ -n "$last_rung" && "$pe" == rope && "${GATE:-1}" != 0 ]] &&
+     ! { [[ -f "$gate" ]] && converged "$gate"; }; then
     echo "rope at ${long} epochs runs only once rope_additive converged there ($gate;" \
          "docs/study.md, seventh amendment): skipping rope" >&2
     continue

@@ -9,7 +9,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/study_gpu.sh", "launch/reproduce_cpu.sh", "launch/reproduce_paper.sh",
            "launch/lengths_cpu.sh", "launch/thesis_cpu.sh", "launch/gpu_check.sh",
-           "launch/task2_cpu.sh", "launch/study_cpu.sh"]
+           "launch/task2_cpu.sh", "launch/study_cpu.sh", "launch/gpu_decide.sh"]
 
 
 def _run(*args, **env_extra):
@@ -98,6 +98,8 @@ def test_study_launchers_dry_run():
     ["launch/tpu_vm.sh", "--dry_run", "name"],
     ["launch/task2_cpu.sh", "--dry_run", "alibi"],
     ["launch/study_cpu.sh", "--dry_run", "count/nope-long-dropout0"],  # not CPU-sized
+    ["launch/gpu_decide.sh", "--dry_run", "100"],  # below the least budget
+    ["launch/gpu_decide.sh", "--dry_run", "x"],
     ["launch/slurm.sbatch", "rope", "8"],  # not inside a SLURM job
 ])
 def test_bad_arguments_fail(args):
@@ -158,6 +160,32 @@ def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path)
     out = run()
     assert out.returncode == 0, out.stderr
     assert ("--pe=rope " in out.stdout) == runs_rope, (per_seed, out.stdout, out.stderr)
+
+
+def test_gpu_decide_trains_thesis_last_rung_beside_the_study(tmp_path):
+  """launch/gpu_decide.sh: both 128-epoch thesis runs exactly as thesis_cpu.sh
+  would run them (rope without its gate: GATE=0), under a timeout inside the
+  budget, beside the study's faithful controls; tarballs only with OUT_DIR;
+  without GATE=0 thesis_cpu.sh still withholds rope."""
+  out = _run("launch/gpu_decide.sh", "--dry_run", "600", "/tmp/o")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  sweeps = [line for line in lines if "experiments.sweep" in line]
+  assert len(sweeps) == 2
+  for pe, line in zip(("rope_additive", "rope"), sweeps):
+    cpu = _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung", pe, GATE="0")
+    assert cpu.returncode == 0, cpu.stderr
+    assert line == "timeout 570 " + cpu.stdout.strip()
+  study = [line for line in lines if "experiments.study" in line]
+  assert len(study) == 1
+  for arg in ("--only=distance/nope-faithful-deposit,distance/alibi-faithful-deposit,"
+              "distance/mla-faithful-deposit", "--deadline_s=450", "--skip_settled"):
+    assert arg in study[0].split()
+  assert sum("tar czf /tmp/o/" in line for line in lines) == 5
+  assert not any("tar " in line for line in
+                 _run("launch/gpu_decide.sh", "--dry_run", "600").stdout.splitlines())
+  assert "skipping rope" in _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung",
+                                 "rope").stderr
 
 
 def test_thesis_count_configuration_dry_run():
