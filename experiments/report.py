@@ -635,10 +635,10 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   parts += verdict_section(runs, ceil, pilots)
   truns = {} if thesis_runs is None else thesis_runs
   tcount = thesis_count or {}
-  rows = _thesis_rows(truns, runs, ceil) if truns else []
+  rows = _thesis_rows(truns, runs, ceil, superseded=thesis_superseded) if truns else []
   if tcount:
     rows += _thesis_rows(tcount, runs, ceil, task="count", label=thesis_task_label(tcount),
-                         with_g=False)
+                         with_g=False, superseded=thesis_count_superseded)
   if rows:
     parts = parts[:-1] + rows + [""]
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},

@@ -318,3 +318,37 @@ def test_compute_line_names_the_host_cpu_where_recorded():
       "1 run(s) on cpu: 1.00 h of training wall time",
       "2 run(s) on cpu (AMD EPYC 25/17, AVX-512): 1.00 h of training wall time",
       "1 run(s) on cpu (Xeon 25/17, no AVX-512): 0.10 h of training wall time"]
+
+
+def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monkeypatch):
+  """render() hands the superseded thesis budgets to the verdict rows too: a
+  rope_additive that did not converge at the last rung (128 epochs), while the
+  pair is judged at 64, makes the rotary (f) *not testable at this scale*
+  (docs/study.md, seventh amendment). Before the fix the table still said
+  *inconclusive (not converged)* though the rule said otherwise."""
+  sys.path.insert(0, os.path.dirname(__file__))
+  import test_thesis as t
+  from experiments import report
+  from pe_spectral import thesis
+  from pe_spectral.claims import NOT_TESTABLE
+  monkeypatch.setattr(report, "thesis_section", lambda *a, **k: [])  # figures: not tested here
+
+  def at(run, epochs):
+    r = t._with_budget(run, epochs)
+    return dict(r, summary=dict(r["summary"], preset="cpu"))
+  judged = {pe: at(r, 64) for pe, r in t._four().items()}
+  judged["rope_additive"] = at(t._run("rope_additive", "additive", ratio=1.2, speed=5,
+                                      plateaued=1, seeds=5), 64)
+  last = at(t._run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=2, seeds=5),
+            thesis.LAST_RUNG_EPOCHS)
+
+  def f_row(superseded):
+    out = report.render([], str(tmp_path / "R.md"), str(tmp_path / "fig"), 100,
+                        thesis_runs=judged, thesis_superseded=superseded)
+    rows = [line for line in out.splitlines() if line.startswith("| (f)")]
+    assert len(rows) == 1
+    return rows[0]
+  assert "rotary: inconclusive (not converged)" in f_row([])
+  row = f_row([{"rope_additive": last}])
+  assert (f"rotary: {NOT_TESTABLE} (rope_additive did not converge at "
+          f"{thesis.LAST_RUNG_EPOCHS} epochs: 2/5 seeds plateaued)") in row
