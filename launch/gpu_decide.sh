@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # What can still decide a verdict, on one lent GPU within BUDGET_S seconds:
-# the study runs in RUNS (default: claim (c)'s three faithful controls, which
-# take days on the CPU) several at once, beside the thesis's last rung
+# the study runs in RUNS, several at once, beside the thesis's last rung
 # (launch/thesis_cpu.sh --last_rung: rope_additive and rope at 128 epochs, both
-# at once, GATE=0: rope's result counts only once rope_additive's has passed
-# the gate, which is checked where it is committed). Nothing is committed here:
-# with OUT_DIR, tarballs go there of the study's collected results, of the
-# thesis runs' workdirs (checkpoints included, so an unfinished one resumes on
-# the CPU and a finished one is copied and committed by launch/thesis_cpu.sh),
-# of the study workdirs without their checkpoints, and of the logs.
+# at once while rope_additive is uncommitted, GATE=0: rope's result counts
+# only once rope_additive's has passed the gate, which is checked where it is
+# committed; a PE thesis_cpu.sh would skip, committed or gated, is skipped).
+# RUNS defaults to the plan's priority-1 runs not yet committed and not
+# settled (`experiments.study --priority_max=1 --skip_settled`): after
+# 2026-12-04 the five Task 2 `long` runs without dropout, which a probe put at
+# 50-90 steps/s each with all five at once (about 4-5 min for 10,900 steps;
+# results/device/h200-2026-12-04-count-long-probe.log). Nothing is committed here: with OUT_DIR, tarballs go there
+# of the study's collected results, of the thesis runs' workdirs (checkpoints
+# included, so an unfinished one resumes on the CPU and a finished one is copied
+# and committed by launch/thesis_cpu.sh), of the study workdirs without their
+# checkpoints, and of the logs.
 #   launch/gpu_decide.sh [--dry_run] [BUDGET_S [OUT_DIR]]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -20,7 +25,7 @@ BUDGET=${1:-540}
 OUT_DIR=${2:-}
 require_positive_int "$BUDGET" "BUDGET_S"
 [ "$BUDGET" -ge 240 ] || die "BUDGET_S must be at least 240, got $BUDGET"
-RUNS=${RUNS:-distance/nope-faithful-deposit,distance/alibi-faithful-deposit,distance/mla-faithful-deposit}
+if [ -n "${RUNS:-}" ]; then which=(--only="$RUNS"); else which=(--priority_max=1); fi
 PY=${PYTHON:-python3}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TUNING=0
 
@@ -29,9 +34,16 @@ mkdir -p runs/logs
 pids=()
 for pe in rope_additive rope; do
   # the sweep command thesis_cpu.sh would run (one source for its flags)
-  read -r -a sweep < <(GATE=0 PYTHON="$PY" launch/thesis_cpu.sh --dry_run --last_rung "$pe" |
-                       grep -m1 -- "-m experiments.sweep")
-  [ "${#sweep[@]}" -gt 0 ] || die "launch/thesis_cpu.sh printed no sweep for $pe"
+  # rope waits for the gate only once rope_additive's verdict on it is committed
+  gate=0
+  [ ! -f results/thesis-128ep/rope_additive/summary.json ] || gate=1
+  sweep=()
+  read -r -a sweep < <(GATE=$gate PYTHON="$PY" launch/thesis_cpu.sh --dry_run --last_rung "$pe" \
+                       2>/dev/null | grep -m1 -- "-m experiments.sweep")
+  if [ "${#sweep[@]}" -eq 0 ]; then
+    echo "thesis-128ep/${pe}: launch/thesis_cpu.sh skips it (committed, or rope's gate)"
+    continue
+  fi
   # killed 30 s before the budget: it resumes from its last checkpoint
   run_or_print timeout $((BUDGET - 30)) "${sweep[@]}"
   if [ "$DRY_RUN" -eq 0 ]; then
@@ -39,7 +51,7 @@ for pe in rope_additive rope; do
     pids+=($!)
   fi
 done
-run_or_print "$PY" -m experiments.study --only="$RUNS" --workers=4 --seeds=8 --skip_settled \
+run_or_print "$PY" -m experiments.study "${which[@]}" --workers=5 --seeds=8 --skip_settled \
   --deadline_s=$((BUDGET - 150)) --grace_s=110
 for pid in "${pids[@]}"; do wait "$pid" || echo "a thesis run ended early or unfinished (rc $?)"; done
 if [ -n "$OUT_DIR" ]; then
@@ -47,8 +59,10 @@ if [ -n "$OUT_DIR" ]; then
   # one tarball per thesis run (a file that comes back is at most 16 MiB);
   # the study's 8-seed checkpoints (~50 MB each) stay behind
   for pe in rope_additive rope; do
-    run_or_print tar czf "$OUT_DIR/thesis-${pe}.tgz" "runs/thesis-128ep/${pe}"
+    [ ! -d "runs/thesis-128ep/${pe}" ] ||
+      run_or_print tar czf "$OUT_DIR/thesis-${pe}.tgz" "runs/thesis-128ep/${pe}"
   done
-  run_or_print tar czf "$OUT_DIR/study-runs.tgz" --exclude=ckpt runs/distance
+  run_or_print tar czf "$OUT_DIR/study-runs.tgz" --exclude=ckpt --ignore-failed-read \
+    runs/distance runs/count
   run_or_print tar czf "$OUT_DIR/logs.tgz" runs/logs
 fi

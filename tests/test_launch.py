@@ -139,7 +139,13 @@ def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path)
   """--last_rung (seventh amendment): 128 epochs, 5 seeds; rope is skipped
   until rope_additive's committed 128-epoch summary says it converged."""
   import json
-  out = _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung")
+  # a copy of the repo's launch tree with its own results/ (none committed yet)
+  root = tmp_path / "repo"
+  shutil.copytree(os.path.join(ROOT, "launch"), root / "launch")
+  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+  run = lambda *pes: subprocess.run(["bash", "launch/thesis_cpu.sh", "--dry_run", "--last_rung",
+                                     *pes], cwd=root, capture_output=True, text=True, env=env)
+  out = run()
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
   assert len(lines) == 1 and "--pe=rope_additive" in lines[0]
@@ -147,45 +153,55 @@ def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path)
               "--workdir=runs/thesis-128ep/rope_additive"):
     assert arg in lines[0].split()
   assert "skipping rope" in out.stderr and "seventh amendment" in out.stderr
-  # a converged rope_additive (a copy of the repo's launch tree, its own results/)
-  root = tmp_path / "repo"
-  shutil.copytree(os.path.join(ROOT, "launch"), root / "launch")
+  # a committed rope_additive: converged or not
   gate = root / "results" / "thesis-128ep" / "rope_additive"
   gate.mkdir(parents=True)
-  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
-  run = lambda: subprocess.run(["bash", "launch/thesis_cpu.sh", "--dry_run", "--last_rung",
-                                "rope"], cwd=root, capture_output=True, text=True, env=env)
   for per_seed, runs_rope in (([True] * 4 + [False], True), ([True] * 3 + [False] * 2, False)):
     (gate / "summary.json").write_text(json.dumps({"plateau": {"per_seed": per_seed}}))
-    out = run()
+    out = run("rope")
     assert out.returncode == 0, out.stderr
     assert ("--pe=rope " in out.stdout) == runs_rope, (per_seed, out.stdout, out.stderr)
 
 
-def test_gpu_decide_trains_thesis_last_rung_beside_the_study(tmp_path):
-  """launch/gpu_decide.sh: both 128-epoch thesis runs exactly as thesis_cpu.sh
-  would run them (rope without its gate: GATE=0), under a timeout inside the
-  budget, beside the study's faithful controls; tarballs only with OUT_DIR;
-  without GATE=0 thesis_cpu.sh still withholds rope."""
-  out = _run("launch/gpu_decide.sh", "--dry_run", "600", "/tmp/o")
-  assert out.returncode == 0, out.stderr
-  lines = out.stdout.strip().splitlines()
-  sweeps = [line for line in lines if "experiments.sweep" in line]
-  assert len(sweeps) == 2
-  for pe, line in zip(("rope_additive", "rope"), sweeps):
-    cpu = _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung", pe, GATE="0")
-    assert cpu.returncode == 0, cpu.stderr
-    assert line == "timeout 570 " + cpu.stdout.strip()
-  study = [line for line in lines if "experiments.study" in line]
+def test_gpu_decide_trains_what_can_still_decide(tmp_path):
+  """launch/gpu_decide.sh: the thesis's 128-epoch runs exactly as thesis_cpu.sh
+  would run them, under a timeout inside the budget -- rope without waiting
+  (GATE=0) while rope_additive is uncommitted, behind the gate once it is --
+  beside the study's priority-1 runs (or RUNS); tarballs only with OUT_DIR."""
+  import json
+  root = tmp_path / "repo"   # the launch tree without any committed thesis run
+  shutil.copytree(os.path.join(ROOT, "launch"), root / "launch")
+  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+
+  def run(script, *args, **extra):
+    out = subprocess.run(["bash", script, "--dry_run", *args], cwd=root, capture_output=True,
+                         text=True, env=dict(env, **extra))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()
+
+  def sweeps(lines):
+    return [line for line in lines if "experiments.sweep" in line]
+  lines = run("launch/gpu_decide.sh", "600", "/tmp/o")
+  assert len(sweeps(lines)) == 2
+  for pe, line in zip(("rope_additive", "rope"), sweeps(lines)):
+    cpu = run("launch/thesis_cpu.sh", "--last_rung", pe, GATE="0")
+    assert line == "timeout 570 " + cpu[0]
+  study = [line.split() for line in lines if "experiments.study" in line]
   assert len(study) == 1
-  for arg in ("--only=distance/nope-faithful-deposit,distance/alibi-faithful-deposit,"
-              "distance/mla-faithful-deposit", "--deadline_s=450", "--skip_settled"):
-    assert arg in study[0].split()
-  assert sum("tar czf /tmp/o/" in line for line in lines) == 5
-  assert not any("tar " in line for line in
-                 _run("launch/gpu_decide.sh", "--dry_run", "600").stdout.splitlines())
-  assert "skipping rope" in _run("launch/thesis_cpu.sh", "--dry_run", "--last_rung",
-                                 "rope").stderr
+  for arg in ("--priority_max=1", "--deadline_s=450", "--skip_settled", "--seeds=8"):
+    assert arg in study[0]
+  assert sum(line.startswith("tar czf /tmp/o/") for line in lines) >= 3
+  assert not any(line.startswith("tar ") for line in run("launch/gpu_decide.sh", "600"))
+  only = [line for line in run("launch/gpu_decide.sh", "600", RUNS="count/nope-long-dropout0")
+          if "experiments.study" in line]
+  assert "--only=count/nope-long-dropout0" in only[0].split()
+  # rope_additive committed: not trained again, and rope only if it converged
+  gate = root / "results" / "thesis-128ep" / "rope_additive"
+  gate.mkdir(parents=True)
+  for per_seed, runs_rope in (([True] * 2 + [False] * 3, False), ([True] * 4 + [False], True)):
+    (gate / "summary.json").write_text(json.dumps({"plateau": {"per_seed": per_seed}}))
+    got = sweeps(run("launch/gpu_decide.sh", "600"))
+    assert [("--pe=rope" in line.split()) for line in got] == ([True] if runs_rope else [])
 
 
 def test_thesis_count_configuration_dry_run():
