@@ -9,11 +9,12 @@
 # settled (`experiments.study --priority_max=1 --skip_settled`): after
 # 2026-12-04 the five Task 2 `long` runs without dropout, which a probe put at
 # 50-90 steps/s each with all five at once (about 4-5 min for 10,900 steps;
-# results/device/h200-2026-12-04-count-long-probe.log). Nothing is committed here: with OUT_DIR, tarballs go there
-# of the study's collected results, of the thesis runs' workdirs (checkpoints
-# included, so an unfinished one resumes on the CPU and a finished one is copied
-# and committed by launch/thesis_cpu.sh), of the study workdirs without their
-# checkpoints, and of the logs.
+# results/device/h200-2026-12-04-count-long-probe.log).
+# Nothing is committed here: with OUT_DIR, tarballs go there of the study's
+# collected results (commit them from the machine that called), of the thesis
+# runs' workdirs (checkpoints included, so an unfinished one resumes on the CPU
+# and a finished one is copied and committed by launch/thesis_cpu.sh), of the
+# study workdirs without their checkpoints, and of the logs.
 #   launch/gpu_decide.sh [--dry_run] [BUDGET_S [OUT_DIR]]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -33,10 +34,10 @@ run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exi
 mkdir -p runs/logs
 pids=()
 for pe in rope_additive rope; do
-  # the sweep command thesis_cpu.sh would run (one source for its flags)
   # rope waits for the gate only once rope_additive's verdict on it is committed
   gate=0
   [ ! -f results/thesis-128ep/rope_additive/summary.json ] || gate=1
+  # the sweep command thesis_cpu.sh would run (one source for its flags)
   sweep=()
   read -r -a sweep < <(GATE=$gate PYTHON="$PY" launch/thesis_cpu.sh --dry_run --last_rung "$pe" \
                        2>/dev/null | grep -m1 -- "-m experiments.sweep")
