@@ -261,12 +261,13 @@ def git_commit(paths: list[str], message: str, cwd: str = ".", *, tries: int = 6
 
 
 def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
-                       partial: bool = False) -> bool:
+                       partial: bool = False, imported: bool = False) -> bool:
   """``collect``, then (with ``commit``) a git commit of just that run's small
   files, so that a session that ends mid-queue loses no finished run.
   ``partial``: the run's evidence (``EVIDENCE``) is ready and its paper-style
   ablation still to come; nothing is done for a run without one, or before
-  the evidence is written."""
+  the evidence is written. ``imported``: ``runs_root`` is another machine's
+  results (``import_results``), which the commit message says."""
   if partial and not (e.paper_ablation and all(
       os.path.exists(os.path.join(runs_root, e.key, f)) for f in EVIDENCE)):
     return False
@@ -275,6 +276,7 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
   if commit:
     dst = os.path.join(results, e.key)
     what = ("its test-split ablation done, the paper-style one to follow" if partial
+            else f"imported from {runs_root}, where it finished" if imported
             else "as the run finished")
     err = git_commit([dst], f"results: {e.key}, {e.preset} preset (committed by "
                      f"experiments.study, {what})")
@@ -376,6 +378,31 @@ def run_plan(entries, commands_of, *, log_dir: str, workers: int = 1,
   return finished, failed, stopped
 
 
+def import_results(src: str, results: str, *, commit: bool) -> list[str]:
+  """Brings in runs that finished on another machine (a lent GPU's
+  ``results/runs``, back as a tarball): each plan entry whose evidence is
+  complete under ``src`` and missing under ``results`` is collected from there
+  and committed like a run finished here. A run committed here is never
+  replaced; only its missing paper-style ablation is taken, and only from the
+  same run (identical ``summary.json``). Runs incomplete under ``src`` are left
+  alone. Returns the keys imported."""
+  def same_run(e):
+    a, b = (os.path.join(d, e.key, "summary.json") for d in (src, results))
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+      return fa.read() == fb.read()
+  done = []
+  for e in PLAN:
+    if not committed(e, src):
+      continue
+    if committed(e, results) and not (
+        paper_ablation_missing(e, results) and not paper_ablation_missing(e, src)
+        and same_run(e)):
+      continue
+    if collect_and_commit(e, src, results, commit=commit, imported=True):
+      done.append(e.key)
+  return done
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -410,6 +437,13 @@ def main(argv):
             file=sys.stderr)
       return 2
     plan = [by_key[w] for w in want]  # the order given
+  if FLAGS.import_from:
+    if not os.path.isdir(FLAGS.import_from):
+      print(f"error: --import_from {FLAGS.import_from!r} is not a directory", file=sys.stderr)
+      return 2
+    got = import_results(FLAGS.import_from, FLAGS.results, commit=FLAGS.git_commit)
+    _log(f"imported {len(got)} run(s) from {FLAGS.import_from}: {', '.join(got) or 'none'}")
+    return 0
   todo = [e for e in plan if not committed(e, FLAGS.results)]
   # committed before its paper-style ablation ran: that ablation alone, where
   # the trained run is still here (else it is gone with its checkpoint)
@@ -460,6 +494,10 @@ def define_flags() -> None:
   flags.DEFINE_bool("git_commit", False, "With --collect: git-commit each finished run's "
                     "small files (only those paths) as it finishes.")
   flags.DEFINE_string("runs", "runs", "Where workdirs (with checkpoints) live.")
+  flags.DEFINE_string("import_from", None, "Import the runs that finished elsewhere: a "
+                      "results/runs tree from another machine (e.g. launch/gpu_decide.sh's "
+                      "study-results.tgz, unpacked); with --git_commit each is committed. "
+                      "Trains nothing.")
   flags.DEFINE_string("results", os.path.join("results", "runs"),
                       "Where finished runs' small files are committed.")
   flags.DEFINE_integer("seeds", 8, "Seeds per run (the claims need >= 5).")

@@ -11,7 +11,8 @@
 # 50-90 steps/s each with all five at once (about 4-5 min for 10,900 steps;
 # results/device/h200-2026-12-04-count-long-probe.log).
 # Nothing is committed here: with OUT_DIR, tarballs go there of the study's
-# collected results (commit them from the machine that called), of the thesis
+# collected results (commit them where the call came from: experiments.study
+# --import_from=DIR --git_commit), of the thesis
 # runs' workdirs (checkpoints included, so an unfinished one resumes on the CPU
 # and a finished one is copied and committed by launch/thesis_cpu.sh), of the
 # study workdirs without their checkpoints, and of the logs.

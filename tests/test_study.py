@@ -358,3 +358,42 @@ def test_study_commits_the_evidence_then_the_paper_ablation(tmp_path):
   assert "paper-style one to follow" in git("log", "-1", "--format=%s", first)
   assert git("show", "--name-only", "--format=", second).split() == [
       f"res/{e.key}/{study.PAPER_ABLATION}"]
+
+
+def test_import_results_from_another_machine(tmp_path, monkeypatch):
+  """--import_from: runs with complete evidence elsewhere and none here are
+  committed here (checkpoints and files outside the evidence left behind);
+  incomplete ones are not; a run committed here is never replaced, and takes
+  its missing paper-style ablation only from the same run."""
+  git = _scratch_repo(tmp_path)
+  monkeypatch.chdir(tmp_path)
+  paper = [e for e in study.PLAN if e.paper_ablation]
+  new, partial, same, other = paper[:4]
+
+  def write(root, e, files, summary="{}"):
+    d = tmp_path / root / e.key
+    d.mkdir(parents=True, exist_ok=True)
+    for f in files:
+      (d / f).write_text(summary if f == "summary.json" else "{}")
+  for e in (new, same, other):
+    write("gpu", e, study.EVIDENCE + (study.PAPER_ABLATION, "steps.jsonl"),
+          summary='{"backend": "gpu"}')
+  (tmp_path / "gpu" / new.key / "ckpt").mkdir()
+  write("gpu", partial, study.SMALL_FILES)                # not ablated: not evidence
+  write("res", same, study.EVIDENCE, summary='{"backend": "gpu"}')  # this run, no paper ablation
+  write("res", other, study.EVIDENCE, summary='{"backend": "cpu"}')  # another run of the entry
+  git("add", "res")
+  git("commit", "-qm", "before")
+  got = study.import_results("gpu", "res", commit=True)
+  assert got == [e.key for e in study.PLAN if e in (new, same)]
+  assert study.committed(new, "res") and not study.paper_ablation_missing(new, "res")
+  assert sorted(os.listdir(tmp_path / "res" / new.key)) == sorted(
+      study.EVIDENCE + (study.PAPER_ABLATION,))
+  assert not (tmp_path / "res" / partial.key).exists()
+  assert not study.paper_ablation_missing(same, "res")
+  assert study.paper_ablation_missing(other, "res")       # not taken from another run
+  assert (tmp_path / "res" / other.key / "summary.json").read_text() == '{"backend": "cpu"}'
+  log = git("log", "--format=%s")
+  assert log.count("imported from gpu") == 2
+  assert git("status", "--porcelain", "res") == ""    # all of it committed
+  assert study.import_results("gpu", "res", commit=True) == []  # nothing new the second time
