@@ -378,20 +378,21 @@ def run_plan(entries, commands_of, *, log_dir: str, workers: int = 1,
   return finished, failed, stopped
 
 
-def import_results(src: str, results: str, *, commit: bool) -> list[str]:
+def import_results(src: str, results: str, *, commit: bool, entries=None) -> list[str]:
   """Brings in runs that finished on another machine (a lent GPU's
   ``results/runs``, back as a tarball): each plan entry whose evidence is
   complete under ``src`` and missing under ``results`` is collected from there
   and committed like a run finished here. A run committed here is never
   replaced; only its missing paper-style ablation is taken, and only from the
   same run (identical ``summary.json``). Runs incomplete under ``src`` are left
-  alone. Returns the keys imported."""
+  alone. ``entries``: the plan entries to consider (default: all). Returns
+  the keys imported."""
   def same_run(e):
     a, b = (os.path.join(d, e.key, "summary.json") for d in (src, results))
     with open(a, "rb") as fa, open(b, "rb") as fb:
       return fa.read() == fb.read()
   done = []
-  for e in PLAN:
+  for e in PLAN if entries is None else entries:
     if not committed(e, src):
       continue
     if committed(e, results) and not (
@@ -441,7 +442,8 @@ def main(argv):
     if not os.path.isdir(FLAGS.import_from):
       print(f"error: --import_from {FLAGS.import_from!r} is not a directory", file=sys.stderr)
       return 2
-    got = import_results(FLAGS.import_from, FLAGS.results, commit=FLAGS.git_commit)
+    got = import_results(FLAGS.import_from, FLAGS.results, commit=FLAGS.git_commit,
+                         entries=plan)  # --only / --priority_max narrow it
     _log(f"imported {len(got)} run(s) from {FLAGS.import_from}: {', '.join(got) or 'none'}")
     return 0
   todo = [e for e in plan if not committed(e, FLAGS.results)]

@@ -384,6 +384,8 @@ def test_import_results_from_another_machine(tmp_path, monkeypatch):
   write("res", other, study.EVIDENCE, summary='{"backend": "cpu"}')  # another run of the entry
   git("add", "res")
   git("commit", "-qm", "before")
+  assert study.import_results("gpu", "res", commit=False, entries=[partial, other]) == []
+  assert not (tmp_path / "res" / new.key).exists()       # outside the entries given
   got = study.import_results("gpu", "res", commit=True)
   assert got == [e.key for e in study.PLAN if e in (new, same)]
   assert study.committed(new, "res") and not study.paper_ablation_missing(new, "res")
