@@ -29,6 +29,8 @@ recomputed under the mask).
 """
 from __future__ import annotations
 
+import sys
+import time
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -155,9 +157,37 @@ def _all_seeds_program(steps, kind: str, mode: str, leak: bool, mask_chunk, meth
     per_seed = lambda p, ids, labels: _masked_accuracies(
         steps, p, ids, labels, masks, mask_chunk, kind)
   all_seeds = jax.vmap(per_seed, in_axes=(0, None, None))
-  # seeds vmapped ``steps.seed_group`` at a time, like its training and evaluation
+  # seeds vmapped ``steps.seed_group`` at a time, like its training and
+  # evaluation, with a progress line after each group (a long CPU ablation is
+  # otherwise silent for its whole run)
   return jax.jit(lambda p, ids, labels: steps.by_seed_group(
-      lambda q: all_seeds(q, ids, labels), p))
+      lambda q: all_seeds(q, ids, labels), p, on_group=_group_done))
+
+
+# When the running ablation started (set by the callers that run the program,
+# read by its progress callback: the compiled program is cached, so the
+# callback cannot close over a call's own start time).
+_STARTED: list = [None]
+
+
+def _group_done(done: int, total: int) -> None:
+  """Progress line after seed group ``done`` of ``total``: elapsed and ETA."""
+  t0 = _STARTED[0]
+  if t0 is None:
+    return
+  el = time.time() - t0
+  fmt = lambda sec: f"{int(sec // 60)}m{int(sec % 60):02d}s"
+  print(f"ablation: seed group {done}/{total} done, {fmt(el)} elapsed, ETA "
+        f"{fmt(el / done * (total - done))}", file=sys.stderr, flush=True)
+
+
+def _run_timed(fn, *args):
+  """``fn(*args)`` with :func:`_group_done` timing from now; results fetched."""
+  _STARTED[0] = time.time()
+  try:
+    return tuple(devices.fetch(x) for x in fn(*args))
+  finally:
+    _STARTED[0] = None
 
 
 def _method(method: str, leak: bool) -> str:
@@ -258,8 +288,7 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
   cfg = steps.model_cfg
   fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
   args = (params, jnp.asarray(ids), jnp.asarray(labels))
-  base, abl = _compiled(fn, *args)(*args)
-  base, abl = devices.fetch(base), devices.fetch(abl)
+  base, abl = _run_timed(_compiled(fn, *args), *args)
   return {"baseline": base, "ablated": abl.reshape(-1, cfg.num_layers, cfg.num_heads)}
 
 
@@ -330,7 +359,6 @@ def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] 
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
   check_freq_mask(cfg, jnp.ones((L, H, P)))
   fn = _all_seeds_program(steps, "freq", "single", False, mask_chunk, method)
-  base, abl = fn(params, jnp.asarray(ids), jnp.asarray(labels))
-  base, abl = devices.fetch(base), devices.fetch(abl)
+  base, abl = _run_timed(fn, params, jnp.asarray(ids), jnp.asarray(labels))
   return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),
           "frequencies": np.asarray(cfg.rotary_frequencies(), np.float64)}

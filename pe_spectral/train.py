@@ -272,10 +272,11 @@ class Steps:
     # on an accelerator, groups bound the memory (auto_seed_group).
     return self.by_seed_group(run, (states, keys))
 
-  def by_seed_group(self, run, tree):
+  def by_seed_group(self, run, tree, on_group=None):
     """``run(tree)`` over the leading seed axis, ``seed_group`` seeds vmapped at
     a time and the groups one after another (``lax.map``); all at once without
-    a group."""
+    a group. ``on_group(done, total)``: a host callback after each group's
+    results exist (progress on long work; not called without groups)."""
     n, g = jax.tree.leaves(tree)[0].shape[0], self.seed_group
     if g is None or g >= n:
       return run(tree)
@@ -283,7 +284,18 @@ class Steps:
       raise ValueError(f"seed_group {g} does not divide the {n} seeds")
     split = lambda x: x.reshape((n // g, g) + x.shape[1:])
     merge = lambda x: x.reshape((n,) + x.shape[2:])
-    return jax.tree.map(merge, jax.lax.map(run, jax.tree.map(split, tree)))
+    if on_group is None:
+      return jax.tree.map(merge, jax.lax.map(run, jax.tree.map(split, tree)))
+
+    def body(q_i):
+      q, i = q_i
+      out = run(q)
+      # the group's first output as an argument: the callback runs after it
+      jax.debug.callback(lambda i, _: on_group(int(i) + 1, n // g), i,
+                         jax.tree.leaves(out)[0])
+      return out
+    groups = (jax.tree.map(split, tree), jnp.arange(n // g))
+    return jax.tree.map(merge, jax.lax.map(body, groups))
 
   # -- evaluation ------------------------------------------------------------
   def eval_batches(self, ids, labels):

@@ -50,6 +50,7 @@ def test_chunked_masks_seed_groups_and_keep_only(trained):
   np.testing.assert_allclose(c["baseline"], a["baseline"], atol=1e-6)
   k = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels,
                             mode="keep_only")
+  assert ablation._STARTED == [None]   # no progress clock left running
   # With 2 heads, "keep only head 0" == "ablate head 1".
   np.testing.assert_allclose(k["ablated"][:, :, 0], a["ablated"][:, :, 1], atol=1e-6)
 
@@ -310,3 +311,23 @@ def test_masking_every_pair_is_theta_zero():
     apply_model(g, params, ids, freq_mask=jnp.ones((2, 2, 3)))
   with pytest.raises(ValueError, match="need a rotation"):
     apply_model(g_n, params, ids, freq_mask=zero)
+
+
+def test_seed_groups_report_progress_in_order(trained, capsys):
+  """A grouped ablation prints one progress line per seed group, in order,
+  with elapsed time and ETA; one vmap of all seeds prints none. The lines
+  change no number (the grouped run equals the all-at-once one)."""
+  tr, states, data = trained
+  a = ablation.ablate_heads(tr, states["params"], data.test_ids, data.test_labels)
+  assert "seed group" not in capsys.readouterr().err
+  one = train.make_steps(tr.model_cfg, tr.task_cfg, tr.train_cfg, tr.num_train,
+                         seed_group=1)
+  for run in (ablation.ablate_heads, ablation.ablate_frequencies):
+    b = run(one, states["params"], data.test_ids, data.test_labels)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "seed group" in line]
+    assert [line.split(" done")[0] for line in lines] == [
+        "ablation: seed group 1/2", "ablation: seed group 2/2"]
+    assert "elapsed, ETA" in lines[0] and lines[1].endswith("ETA 0m00s")
+  np.testing.assert_allclose(
+      ablation.ablate_heads(one, states["params"], data.test_ids, data.test_labels)["ablated"],
+      a["ablated"], atol=1e-6)
