@@ -247,7 +247,7 @@ def _progress(tag: str, ctrl_c=None):
     print(f"[{tag}] step {p['step']}/{p['total']}  loss {p['loss_mean']:.4f} ± "
           f"{p['loss_std']:.4f}  test acc {100 * p['test_accuracy_mean']:.2f}%  "
           f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
-          f"{p['steps_per_s']:.2f} steps/s  ETA {int(eta // 60)}m{int(eta % 60):02d}s{comp}",
+          f"{p['steps_per_s']:.2f} steps/s  ETA {cli.minutes_seconds(eta)}{comp}",
           file=sys.stderr, flush=True)
     if ctrl_c is not None:
       ctrl_c.chunk_measured(p["chunk_s"])

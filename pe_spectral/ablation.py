@@ -172,11 +172,11 @@ _STARTED: list = [None]
 
 def _group_done(done: int, total: int) -> None:
   """Progress line after seed group ``done`` of ``total``: elapsed and ETA."""
+  from pe_spectral.cli import minutes_seconds as fmt
   t0 = _STARTED[0]
   if t0 is None:
     return
   el = time.time() - t0
-  fmt = lambda sec: f"{int(sec // 60)}m{int(sec % 60):02d}s"
   print(f"ablation: seed group {done}/{total} done, {fmt(el)} elapsed, ETA "
         f"{fmt(el / done * (total - done))}", file=sys.stderr, flush=True)
 

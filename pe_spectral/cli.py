@@ -116,3 +116,8 @@ def run(main: Callable[[list], int]) -> None:
       raise
     asked_help = any(a.split("=", 1)[0] in HELP_FLAGS for a in sys.argv[1:])
     raise SystemExit(0 if asked_help else USAGE_EXIT) from None
+
+
+def minutes_seconds(seconds: float) -> str:
+  """``95.4`` -> ``"1m35s"``: elapsed times and ETAs in progress lines."""
+  return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -331,3 +331,9 @@ def test_seed_groups_report_progress_in_order(trained, capsys):
   np.testing.assert_allclose(
       ablation.ablate_heads(one, states["params"], data.test_ids, data.test_labels)["ablated"],
       a["ablated"], atol=1e-6)
+
+
+def test_minutes_seconds_format():
+  from pe_spectral.cli import minutes_seconds
+  assert [minutes_seconds(s) for s in (0, 9.99, 60, 95.4, 3600 + 61)] == [
+      "0m00s", "0m09s", "1m00s", "1m35s", "61m01s"]
