@@ -268,9 +268,8 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
   ablation still to come; nothing is done for a run without one, or before
   the evidence is written. ``imported``: ``runs_root`` is another machine's
   results (``import_results``), which the commit message says."""
-  if partial and not (e.paper_ablation and all(
-      os.path.exists(os.path.join(runs_root, e.key, f)) for f in EVIDENCE)):
-    return False
+  if partial and not (e.paper_ablation and committed(e, runs_root)):
+    return False  # (committed() checks EVIDENCE under any root: here the workdirs)
   if not collect(e, runs_root, results):
     return False
   if commit:

@@ -34,10 +34,10 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TU
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1
 mkdir -p runs/logs
 pids=()
+# rope waits for the gate only once rope_additive's verdict on it is committed
+gate=0
+[ ! -f results/thesis-128ep/rope_additive/summary.json ] || gate=1
 for pe in rope_additive rope; do
-  # rope waits for the gate only once rope_additive's verdict on it is committed
-  gate=0
-  [ ! -f results/thesis-128ep/rope_additive/summary.json ] || gate=1
   # the sweep command thesis_cpu.sh would run (one source for its flags)
   sweep=()
   read -r -a sweep < <(GATE=$gate PYTHON="$PY" launch/thesis_cpu.sh --dry_run --last_rung "$pe" \

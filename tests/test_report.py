@@ -326,7 +326,7 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   pair is judged at 64, makes the rotary (f) *not testable at this scale*
   (docs/study.md, seventh amendment). Before the fix the table still said
   *inconclusive (not converged)* though the rule said otherwise."""
-  sys.path.insert(0, os.path.dirname(__file__))
+  monkeypatch.syspath_prepend(os.path.dirname(__file__))
   import test_thesis as t
   from experiments import report
   from pe_spectral import thesis
