@@ -2,19 +2,20 @@
 # The prepared device check: what the paper model needs on a GPU, measured
 # there, in one log under results/device/. Two parts, each within 8 minutes
 # on one H200 (run them as two device calls of at most 600 s):
-#   part 1 -- memory and speed of the paper preset (8 seeds, faithful
-#     rope_sinusoidal): the memory table (one vmap, seed groups, remat, the
-#     blockwise kernel, bfloat16; compiled and one chunk run per row, so
-#     benchmarks/memory.py prints the measured peak -- the process's running
-#     maximum: a row's peak is at least the rows' before); training steps/s with
-#     8 seeds in one program (--seed_group=auto, float32 and bfloat16) against 8
-#     seeds one after another (--seed_group=1);
+#   part 1 -- memory and speed of the paper preset's training chunk (8 seeds,
+#     faithful rope_sinusoidal), compiled once per row and timed on real data
+#     by benchmarks/memory.py, rows side by side in one process: 8 seeds in one
+#     vmap against 8 one after another inside one program (--seed_group=0 vs
+#     1), float32 against bfloat16, with remat (the 8-wide vmap without it
+#     needs 90 GiB); then the blockwise kernel and seed groups without remat.
+#     The measured peak is the process's running maximum: a row's peak is at
+#     least the rows' before. (The 2026-12-04 check timed 40-step sweeps
+#     instead; none reached its first progress line in 55-70 s: sizing,
+#     compiling and evaluating the paper model take longer than that.)
 #   part 2 -- the study preset's steps/s (one vmap vs sequential), the all-heads
-#     ablation at paper size on part 1's run, and MFU (benchmarks/run.py: model
+#     ablation at paper size on a 40-step run, and MFU (benchmarks/run.py: model
 #     matmul FLOPs over the matmul peak measured in the same process).
 # Each step has its own timeout, so one slow step cannot eat the others' time.
-#   launch/gpu_check.sh [--dry_run] [--part=1|2] [LOG]
-#   (default: both parts; LOG: results/device/gpu-check-DATE.log, appended)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=launch/common.sh
@@ -42,20 +43,16 @@ STUDY=("$PY" -m experiments.sweep --preset=study --pe=rope --seeds=8 --steps=200
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1
 run_or_print nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 if [ "$PART" != 2 ]; then
-  run_or_print timeout 130 "${MEM[@]}" --seed_group=0 --remat=true --attention_block=0,32
-  run_or_print timeout 80 "${MEM[@]}" --seed_group=2,1 --remat=false
-  run_or_print timeout 60 "${MEM[@]}" --seed_group=0 --remat=true --dtype=bfloat16
-  run_or_print timeout 70 "${PAPER[@]}" --seed_group=auto --workdir=runs/gpu-check/paper-auto
-  run_or_print timeout 70 "${PAPER[@]}" --seed_group=auto --dtype=bfloat16 \
-    --workdir=runs/gpu-check/paper-auto-bf16
-  run_or_print timeout 60 "${PAPER[@]}" --seed_group=1 --workdir=runs/gpu-check/paper-seq
+  run_or_print timeout 220 "${MEM[@]}" --seed_group=0,1 --remat=true \
+    --dtype=float32,bfloat16 --steps=10 --time_reps=3
+  run_or_print timeout 130 "${MEM[@]}" --seed_group=0 --remat=true --attention_block=32
+  run_or_print timeout 100 "${MEM[@]}" --seed_group=2 --remat=false --dtype=float32,bfloat16
 fi
 if [ "$PART" != 1 ]; then
-  run_or_print timeout 60 "${STUDY[@]}" --seed_group=0 --workdir=runs/gpu-check/study-vmap
-  run_or_print timeout 60 "${STUDY[@]}" --seed_group=1 --workdir=runs/gpu-check/study-seq
-  # part 1's 40-step run (trains it first if part 1 was not run here)
-  [ -f runs/gpu-check/paper-auto/summary.json ] || [ "$DRY_RUN" -eq 1 ] ||
-    timeout 70 "${PAPER[@]}" --seed_group=auto --workdir=runs/gpu-check/paper-auto
+  run_or_print timeout 50 "${STUDY[@]}" --seed_group=0 --workdir=runs/gpu-check/study-vmap
+  run_or_print timeout 50 "${STUDY[@]}" --seed_group=1 --workdir=runs/gpu-check/study-seq
+  # a 40-step paper-preset run for the ablation (sized by --seed_group=auto)
+  run_or_print timeout 140 "${PAPER[@]}" --seed_group=auto --workdir=runs/gpu-check/paper-auto
   run_or_print timeout 90 "$PY" -m experiments.ablate --workdir=runs/gpu-check/paper-auto \
     --examples=1024 --seed_group=1 --mask_chunk=4
   run_or_print timeout 150 "$PY" -m benchmarks.run --presets=paper --paper_batch=512 \

@@ -41,7 +41,7 @@ def test_gpu_check_dry_run_writes_nothing():
   lines = out.stdout.strip().splitlines()
   assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 3
   assert any("--seed_group=auto" in ln for ln in lines)
-  assert sum("--dtype=bfloat16" in ln for ln in lines) == 2
+  assert sum("bfloat16" in ln for ln in lines) == 2
   assert any("experiments.ablate --workdir=runs/gpu-check/paper-auto" in ln for ln in lines)
   assert any("benchmarks.run --presets=paper" in ln for ln in lines)
   # two parts, each one device call: part 1 the paper preset, part 2 the rest
@@ -52,6 +52,10 @@ def test_gpu_check_dry_run_writes_nothing():
   for part in (one, two):  # the timeouts fit 8 minutes per part
     assert sum(int(ln.split()[1]) for ln in timed(part)) <= 480, part.stdout
   assert not any("benchmarks.memory" in ln for ln in timed(two))
+  # part 1 times the chunk itself (no sweep: sizing, compiling and evaluating
+  # the paper model outlasted a sweep row's timeout on the 2026-12-04 H200)
+  assert any("--time_reps=" in ln and "--seed_group=0,1" in ln for ln in timed(one))
+  assert not any("experiments.sweep" in ln for ln in timed(one))
   assert _run("launch/gpu_check.sh", "--dry_run", "--part=3").returncode == 2
   assert all(ln.startswith(("timeout ", "python", "nvidia-smi", "done:")) for ln in lines)
   assert not os.path.exists("/tmp/never-written.log")
