@@ -2,7 +2,7 @@ r"""Length generalisation of finished runs: train short, test long.
 
   python -m experiments.lengths --workdir=runs/distance/rope
   python -m experiments.lengths --workdir=runs/distance/rope,runs/distance/alibi \
-      --out=results/figures/lengths_distance.png
+      --out=runs/lengths_distance.png
   python -m experiments.lengths --workdir=runs/distance/rope --rope_scaling=yarn
 
 Every seed of each run is evaluated at each test length (default 1, 1.5, 2, 3

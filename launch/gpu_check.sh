@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared device check: what the paper model needs on a GPU, measured
-# there, in one log under results/device/. Two parts, each within 8 minutes
+# there, in one log under benchmarks/device/. Two parts, each within 8 minutes
 # on one H200 (run them as two device calls of at most 600 s):
 #   part 1 -- memory and speed of the paper preset's training chunk (8 seeds,
 #     faithful rope_sinusoidal), compiled once per row and timed on real data
@@ -27,7 +27,7 @@ case "${1:-}" in
   --part=1|--part=2) PART=${1#--part=}; shift ;;
   --part=*) echo "error: --part must be 1 or 2, got ${1#--part=}" >&2; exit 2 ;;
 esac
-LOG=${1:-results/device/gpu-check-$(date +%Y-%m-%d).log}
+LOG=${1:-benchmarks/device/gpu-check-$(date +%Y-%m-%d).log}
 PY=${PYTHON:-python3}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TUNING=0
 if [ "$DRY_RUN" -eq 0 ]; then

@@ -84,7 +84,7 @@ def define_memory_flags(when: str, program: str) -> None:
                      **main)
   flags.DEFINE_float("memory_fraction", 1.0, f"{when} and no --memory_gib: the share of the "
                      "device this process may use (several processes on one GPU each see all "
-                     "of it; experiments.study --workers=N passes 1/N).", **main)
+                     "of it; studies.arxiv_2505_13027.plan --workers=N passes 1/N).", **main)
 
 
 def memory_flags_error(memory_gib, fraction) -> "str | None":

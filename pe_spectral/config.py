@@ -40,7 +40,7 @@ MODEL_PRESETS = {
   "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
 }
 # long: the study model, data and learning rate with 3.3x the study's budget,
-# for the groups that had not converged at the study preset (docs/study.md).
+# for the groups that had not converged at the study preset (studies/arxiv_2505_13027/study.md).
 MODEL_PRESETS["long"] = MODEL_PRESETS["study"]
 
 _CPU_DISTANCE = dict(vocab_size=574, num_examples=20_000, seq_len=48, max_len=48,

@@ -7,18 +7,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed",
+__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed", "seed_band", "save_figure",
            "length_curves"]
 
 
-def _band(ax, x, per_seed, label, color):
+def seed_band(ax, x, per_seed, label, color):
+  """Mean ± std over seeds of ``[evals, seeds]`` accuracies, in percent."""
   a = np.asarray(per_seed, float) * 100.0  # [evals, seeds]
   mean, std = a.mean(1), a.std(1)
   ax.plot(x, mean, color=color, label=label)
   ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
 
 
-def _save(fig, path: str, **savefig_kw) -> None:
+def save_figure(fig, path: str, **savefig_kw) -> None:
   """Lays the figure out, writes it to ``path`` and frees it."""
   fig.tight_layout()
   fig.savefig(path, **savefig_kw)
@@ -31,8 +32,8 @@ def accuracy_curves(records: list[dict], path: str, title: str = "") -> None:
     return
   steps = [r["step"] for r in records]
   fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=110)
-  _band(ax, steps, [r["train_accuracy"] for r in records], "train", "tab:blue")
-  _band(ax, steps, [r["test_accuracy"] for r in records], "test", "tab:orange")
+  seed_band(ax, steps, [r["train_accuracy"] for r in records], "train", "tab:blue")
+  seed_band(ax, steps, [r["test_accuracy"] for r in records], "test", "tab:orange")
   ax.set_xlabel("step")
   ax.set_ylabel("accuracy (%)")
   ax.set_ylim(0, 100)
@@ -41,7 +42,7 @@ def accuracy_curves(records: list[dict], path: str, title: str = "") -> None:
   ax.set_title(f"{title} (mean ± std over {n} seed{'s' if n != 1 else ''})",
                fontsize=9)
   ax.legend(loc="lower right", fontsize=8)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def spectral_bound_tightness(rows: list[dict], path: str) -> None:
@@ -71,7 +72,7 @@ def spectral_bound_tightness(rows: list[dict], path: str) -> None:
     row[0].set_ylabel("slack ÷ (λmax − λmin)")
   axes.flat[len(pes) - 1].legend(fontsize=6, loc="best")
   fig.suptitle("Certified eigenvalue enclosures (≥ 0 = valid)", fontsize=10)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def spectral_spread_growth(toeplitz_rows: list[dict], envelope_rows: list[dict],
@@ -108,7 +109,7 @@ def spectral_spread_growth(toeplitz_rows: list[dict], envelope_rows: list[dict],
     a2.set_title("RoPE logits, iid content: envelope is θ-free", fontsize=9)
     a2.legend(fontsize=7)
     a2.grid(alpha=0.3)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def spectral_content_contraction(rows: list[dict], path: str) -> None:
@@ -127,7 +128,7 @@ def spectral_content_contraction(rows: list[dict], path: str) -> None:
   ax.set_title("Does RoPE contract? It depends on the content", fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
@@ -149,7 +150,7 @@ def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
   ax.set_ylabel("layer")
   ax.set_title(title, fontsize=7)
   fig.colorbar(im, ax=ax, label="accuracy drop (points)", shrink=0.8)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
@@ -185,7 +186,7 @@ def contraction_figure(ratio, path: str, title: str = "", deposit=None) -> None:
   a2.set_xlabel("layer.head")
   a2.set_title("distribution over examples and seeds", fontsize=7)
   fig.suptitle(title, fontsize=9)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
@@ -211,7 +212,7 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
     ax.grid(alpha=0.3)
   a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
   fig.suptitle(title + " — medians over probe examples, mean over seeds", fontsize=9)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def learning_curves(curves: list[dict], path: str, title: str = "", *,
@@ -246,7 +247,7 @@ def learning_curves(curves: list[dict], path: str, title: str = "", *,
   ax.grid(alpha=0.3, which="both")
   ax.set_title(title + " (line: mean over seeds; band: min..max)", fontsize=9)
   ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def ablation_per_seed(drop, seeds, path: str, title: str = "") -> None:
@@ -311,109 +312,7 @@ def length_curves(results: list[dict], path: str, title: str = "") -> None:
     r0 = results[0]
     ax.set_title(title or f"{r0['task']}: trained at {r0['train_len']} tokens "
                  "(mean, 95% bootstrap CI over seeds)", fontsize=9)
-  _save(fig, path, dpi=110)
-
-
-_THESIS_COLORS = {"rope": "tab:blue", "rope_additive": "tab:cyan",
-                  "alibi_multiplicative": "tab:red", "alibi": "tab:orange"}
-
-
-def _color(pe, i):
-  return _THESIS_COLORS.get(pe, f"C{i}")
-
-
-def _log_band(ax, x, per_seed, label, color, style="-"):
-  """Geometric mean ± one geometric std over seeds of positive ``[evals, seeds]``."""
-  a = np.log(np.asarray(per_seed, float))
-  mean, std = a.mean(1), a.std(1)
-  ax.plot(x, np.exp(mean), style, color=color, label=label)
-  ax.fill_between(x, np.exp(mean - std), np.exp(mean + std), color=color, alpha=0.15, lw=0)
-
-
-# The sharpness figure's panels: y label -> a curvature.jsonl row's [seeds] values.
-_CURVATURE_PANELS = {"λ_max(P⁻¹H), Adam's P": lambda row: row["precond_sharpness"],
-                     "λ_max(H)": lambda row: np.asarray(row["top_eigs"])[:, 0]}
-
-
-def thesis_figures(runs: dict, paths: dict) -> None:
-  """The thesis section's figures from ``{pe: thesis run}`` (``pe_spectral.thesis``):
-
-  * ``paths["ratio"]``: coupling ratio over training per PE and layer (contraction
-    ratio for multiplicative PEs, widening ratio for additive ones; geometric
-    mean and band over seeds; 1 = no effect);
-  * ``paths["sharpness"]``: Adam-preconditioned sharpness and the top Hessian
-    eigenvalue over training;
-  * ``paths["scatter"]``: examples to 90 % of final test accuracy against the
-    early coupling ratio, one point per seed;
-  * ``paths["curves"]``: test accuracy over training.
-  """
-  from pe_spectral import thesis
-  pes = list(runs)
-  layers = thesis.ratio_over_training(runs[pes[0]]).shape[-1]
-  fig, axes = plt.subplots(1, layers, figsize=(4.2 * layers, 3.4), dpi=110, squeeze=False)
-  for i, pe in enumerate(pes):
-    r = runs[pe]
-    ratio = thesis.ratio_over_training(r)                        # [evals, seeds, layers]
-    ex = [row["examples_seen"] for row in r["metrics"]][:ratio.shape[0]]
-    for layer in range(layers):
-      _log_band(axes[0, layer], np.asarray(ex) / 1e3, ratio[:, :, layer],
-                f"{pe} ({r['coupling'][:4]}.)", _color(pe, i))
-  for layer, ax in enumerate(axes[0]):
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("examples seen per seed (thousands)")
-    ax.set_ylabel("spread(S(L)) / spread without the coupling")
-    ax.set_title(f"layer {layer}: head median", fontsize=9)
-    ax.grid(alpha=0.3)
-  axes[0, 0].legend(fontsize=7)
-  _save(fig, paths["ratio"])
-
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
-  for i, pe in enumerate(pes):
-    r = runs[pe]
-    if not r["curvature"]:
-      continue
-    ex = np.asarray([row["step"] for row in r["curvature"]], float)
-    ex = ex * r["config"]["run"]["train"]["batch_size"] / 1e3
-    for ax, per_seed in zip(axes, _CURVATURE_PANELS.values()):
-      _log_band(ax, ex, [per_seed(row) for row in r["curvature"]], pe, _color(pe, i))
-  for ax, label in zip(axes, _CURVATURE_PANELS):
-    ax.set_ylabel(label)
-  for ax in axes:
-    ax.set_yscale("log")
-    ax.set_xlabel("examples seen per seed (thousands)")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7)
-  fig.suptitle("loss curvature on 64 fixed training examples (geometric mean ± std over seeds)",
-               fontsize=9)
-  _save(fig, paths["sharpness"])
-
-  fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
-  for i, pe in enumerate(pes):
-    r = runs[pe]
-    mark = "o" if thesis.converged(r) else "x"
-    ax.scatter(thesis.early_ratio(r), thesis.examples_to_threshold(r) / 1e3, marker=mark,
-               color=_color(pe, i),
-               label=pe + ("" if thesis.converged(r) else " (not converged)"))
-  ax.set_xscale("log")
-  ax.axvline(1.0, color="k", lw=0.8)
-  ax.set_xlabel("coupling ratio at the first evaluation (layer geometric mean)")
-  ax.set_ylabel("examples to 90 % of final test acc (k)")
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=7)
-  _save(fig, paths["scatter"])
-
-  fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=110)
-  for i, pe in enumerate(pes):
-    r = runs[pe]
-    ex = np.asarray([row["examples_seen"] for row in r["metrics"]]) / 1e3
-    _band(ax, ex, [row["test_accuracy"] for row in r["metrics"]], pe, _color(pe, i))
-  ax.set_xlabel("examples seen per seed (thousands)")
-  ax.set_ylabel("test accuracy (%)")
-  ax.set_ylim(0, 100)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=7, loc="lower right")
-  _save(fig, paths["curves"])
+  save_figure(fig, path, dpi=110)
 
 
 def frequency_heatmaps(drop, frequencies, deposit_head, seeds, path: str,

@@ -24,14 +24,14 @@ __all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
            "paired", "sign_flip_pvalue", "verdict", "loss_spikes",
            "examples_to_threshold", "spearman", "bootstrap_spearman_ci"]
 
-# The convergence criterion (docs/study.md): over every evaluation in the
+# The convergence criterion (studies/arxiv_2505_13027/study.md): over every evaluation in the
 # last third of training (by examples seen), each seed's train accuracy stays
 # within 1 point of its final value. A cosine schedule decays to 0, so a
 # shorter window would pass trivially; at two thirds of training the learning
 # rate is still ~28 % of its peak.
 PLATEAU_FRAC = 1.0 / 3.0
 PLATEAU_TOL = 0.01
-# The second rule (docs/study.md), for the first rule's known false negative
+# The second rule (studies/arxiv_2505_13027/study.md), for the first rule's known false negative
 # (a model that keeps memorising while its test accuracy is flat): the same
 # window on *test* accuracy, within 2 points (the test split is noisier).
 TEST_PLATEAU_METRIC = "test_accuracy"
@@ -161,7 +161,7 @@ def verdict(p: dict, *, margin: float = 0.0) -> str:
   return "inconclusive"
 
 
-# Loss spikes (docs/study.md, the thesis): a step whose batch loss exceeds both
+# Loss spikes (studies/arxiv_2505_13027/study.md, the thesis): a step whose batch loss exceeds both
 # SPIKE_RATIO x the median of the previous SPIKE_WINDOW losses and that median
 # plus SPIKE_MADS robust standard deviations (1.4826 x MAD) of them.
 SPIKE_WINDOW, SPIKE_RATIO, SPIKE_MADS = 20, 1.5, 6.0
@@ -177,7 +177,7 @@ def loss_spikes(losses, *, skip: int = 0, window: int = SPIKE_WINDOW,
   the median and median absolute deviation of ``loss[t-window:t]``. ``skip``:
   steps not judged (the warm-up). ``floor``: a spike must also exceed this
   absolute loss (0, the pre-registered rule, counts any relative jump, which
-  near zero loss is one misclassified example: RESULTS.md's notes).
+  near zero loss is one misclassified example: the study's RESULTS.md notes).
   """
   x = np.asarray(losses, np.float64)
   if x.ndim != 1:

@@ -1,10 +1,10 @@
-"""The paper's claims as a library (pe_spectral.claims) on hand-made run
+"""The paper's claims as a library (studies.arxiv_2505_13027.claims) on hand-made run
 records: reproduced, refuted, inconclusive and not-converged cases, without
 files or markdown."""
 import numpy as np
 import pytest
 
-from pe_spectral import claims as C
+from studies.arxiv_2505_13027 import claims as C
 
 
 def _run(pe, acc, *, task="distance", preset="study", faithful=False, plateaued=8,
@@ -278,7 +278,7 @@ def test_every_committed_run_is_its_presets_own():
   import glob
   import json
   import os
-  root = os.path.join(os.path.dirname(__file__), "..", "results", "runs")
+  root = os.path.join(os.path.dirname(__file__), "..", "studies", "arxiv_2505_13027", "results", "runs")
   paths = sorted(glob.glob(os.path.join(root, "*", "*", "config.json")))
   assert len(paths) >= 20
   for p in paths:
@@ -320,7 +320,7 @@ def test_task2_claims_are_judged_per_registered_configuration():
 
 
 def test_faithful_task2_rows_without_runs_are_labelled_by_the_pilots():
-  """docs/study.md, sixth amendment: a faithful (b)/(d) row with none of its
+  """studies/arxiv_2505_13027/study.md, sixth amendment: a faithful (b)/(d) row with none of its
   runs reads *not testable at this scale* when no faithful Task 2 pilot
   converged, naming them; each column by its own convergence rule."""
   t2 = dict(task="count", faithful=True)
@@ -373,7 +373,7 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   verdict, so the runs it still lists cannot change it; anything else --
   a row that waits, a Task 2 row not testable from pilots -- can still
   change. waiting() gives every listed run once per row, with that reason."""
-  from pe_spectral import thesis
+  from studies.arxiv_2505_13027 import thesis
   lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
   assert C.cannot_change(_by_id(lose, "a")) == C.REFUTATION
   assert C.cannot_change(_by_id(lose[:1], "a")) is None  # waits: no comparison yet

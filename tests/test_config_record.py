@@ -172,9 +172,12 @@ def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
     configs.build("smoke", "distance", "rope", overrides={"model": {"pe": "nope"}})
 
 
-@pytest.mark.parametrize("path", ["results/runs/distance/partial_rope-k2-study/config.json",
-                                  "results/runs/distance/alibi-faithful-study/config.json",
-                                  "results/runs/distance/rope-study/config.json"])
+_STUDY_RUNS = "studies/arxiv_2505_13027/results/runs/distance"
+
+
+@pytest.mark.parametrize("path", [f"{_STUDY_RUNS}/partial_rope-k2-study/config.json",
+                                  f"{_STUDY_RUNS}/alibi-faithful-study/config.json",
+                                  f"{_STUDY_RUNS}/rope-study/config.json"])
 def test_a_committed_record_with_flat_options_reads_resumes_and_is_left_untouched(
     path, tmp_path):
   """Records written before the PE options were nested (``rope_heads``,

@@ -51,7 +51,7 @@ def test_new_pes_sweep_ablate_decompose_report(tmp_path):
     assert dec["additive_residual_max"] < 1e-4  # CoPE's contextual term sits in B
     # a Hadamard form is checked exactly where the transform is a rotation
     assert (dec["hadamard_residual_max"] is not None) == (pe == "p_rope")
-  _cli("experiments.report", f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'R.md'}",
+  _cli("studies.arxiv_2505_13027.report", f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'R.md'}",
        f"--figdir={tmp_path / 'fig'}", "--ceiling_examples=200", cwd=tmp_path)
   text = (tmp_path / "R.md").read_text()
   for pe in E2E_PES:

@@ -125,7 +125,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
     json.dump({"plateau": {"per_seed": [True, False]}}, f)
   out = tmp_path / "RESULTS.md"
   fig = tmp_path / "fig"
-  cmd = [sys.executable, "-m", "experiments.report", f"--runs={runs}", f"--out={out}",
+  cmd = [sys.executable, "-m", "studies.arxiv_2505_13027.report", f"--runs={runs}", f"--out={out}",
          f"--figdir={fig}", "--ceiling_examples=200", f"--lengths={lengths}",
          f"--thesis={tmp_path / 'no-thesis'}", f"--thesis_count={tmp_path / 'no-thesis'}",
          f"--pilots={tmp_path / 'no-pilots'}"]
@@ -209,13 +209,13 @@ def test_report_verdicts_tables_and_figures(tmp_path):
             "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
   # hand-written notes survive a re-render
-  out.write_text(text + "\n<!-- hand-written notes below are kept by experiments.report -->\nNOTE\n")
+  out.write_text(text + "\n<!-- hand-written notes below are kept by studies.arxiv_2505_13027.report -->\nNOTE\n")
   subprocess.run(cmd, check=True, capture_output=True)
   assert out.read_text().rstrip().endswith("NOTE")
 
 
 def test_report_without_runs_fails(tmp_path):
-  res = subprocess.run([sys.executable, "-m", "experiments.report",
+  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.report",
                         f"--runs={tmp_path}", f"--out={tmp_path / 'R.md'}"],
                        capture_output=True, text=True)
   assert res.returncode == 2 and "no runs" in res.stderr
@@ -232,7 +232,7 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   _fixture_run(runs, "distance", "rope_sinusoidal-faithful-long", "rope_sinusoidal",
                [0.95, 0.7, 0.2], preset="long", faithful=True, plateaued=False)
   out = tmp_path / "RESULTS.md"
-  res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
+  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.report", f"--runs={runs}",
                         f"--out={out}", f"--figdir={tmp_path / 'fig'}",
                         f"--lengths={tmp_path / 'none'}", f"--thesis={tmp_path / 'none'}",
                         f"--thesis_count={tmp_path / 'none'}", f"--pilots={tmp_path / 'none'}"],
@@ -257,7 +257,7 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
 
 
 def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
-  """docs/study.md, sixth amendment, end to end: committed faithful Task 2
+  """studies/arxiv_2505_13027/study.md, sixth amendment, end to end: committed faithful Task 2
   pilots that did not converge label the faithful (b)/(d) rows *not testable
   at this scale*; the report lists them with their curves. Without pilots the
   rows stay *not run*."""
@@ -270,7 +270,7 @@ def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
 
   def report(pilot_dir):
     out = tmp_path / "RESULTS.md"
-    res = subprocess.run([sys.executable, "-m", "experiments.report", f"--runs={runs}",
+    res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.report", f"--runs={runs}",
                           f"--out={out}", f"--figdir={tmp_path / 'fig'}",
                           f"--pilots={pilot_dir}", f"--lengths={tmp_path / 'none'}",
                           f"--thesis={tmp_path / 'none'}",
@@ -301,7 +301,7 @@ def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
 def test_compute_line_names_the_host_cpu_where_recorded():
   """Runs whose summary records the host CPU are counted apart from those that
   do not, and from each other, so every number's machine can be named."""
-  from experiments import report
+  from studies.arxiv_2505_13027 import report
   env = lambda model, avx: {"cpu": {"model": model, "family_model": "25/17",
                                     "avx512": avx}}
   runs = [{"device_kind": "cpu", "wall_seconds": 3600.0},
@@ -324,13 +324,13 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   """render() hands the superseded thesis budgets to the verdict rows too: a
   rope_additive that did not converge at the last rung (128 epochs), while the
   pair is judged at 64, makes the rotary (f) *not testable at this scale*
-  (docs/study.md, seventh amendment). Before the fix the table still said
+  (studies/arxiv_2505_13027/study.md, seventh amendment). Before the fix the table still said
   *inconclusive (not converged)* though the rule said otherwise."""
   monkeypatch.syspath_prepend(os.path.dirname(__file__))
   import test_thesis as t
-  from experiments import report
-  from pe_spectral import thesis
-  from pe_spectral.claims import NOT_TESTABLE
+  from studies.arxiv_2505_13027 import report
+  from studies.arxiv_2505_13027 import thesis
+  from studies.arxiv_2505_13027.claims import NOT_TESTABLE
   monkeypatch.setattr(report, "thesis_section", lambda *a, **k: [])  # figures: not tested here
 
   def at(run, epochs):

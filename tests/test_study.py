@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from experiments import study
+from studies.arxiv_2505_13027 import plan as study
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -49,7 +49,7 @@ def test_every_run_a_claim_waits_for_is_planned():
   """With nothing committed, every run each verdict row waits for
   (``claims.claims``' "missing") is a plan entry, found by its fields; and a
   spec the plan lacks is not matched to a near neighbour."""
-  from pe_spectral import claims
+  from studies.arxiv_2505_13027 import claims
   rows = claims.claims([])
   specs = [s for c in rows for s in c["missing"]]
   assert {c["id"] for c in rows if c["missing"]} == {"a", "a2", "b", "c", "d"}
@@ -168,7 +168,7 @@ def test_run_plan_order_failure_and_deadline(tmp_path):
 
 
 def test_list_and_bad_flags(tmp_path):
-  res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--list",
                         f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr
   lines = res.stdout.strip().splitlines()
@@ -178,14 +178,14 @@ def test_list_and_bad_flags(tmp_path):
   prios = [int(line.split()[0][1:]) for line in lines[:-1]]
   assert prios == sorted(prios) and len(prios) == len(study.PLAN)  # most urgent first
   # --only runs the names in the order given (a P5 entry before a P1 one), once each
-  res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--list",
                         "--only=distance/mla-long,distance/rope-study,distance/mla-long",
                         f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr
   assert [line.split()[:2] for line in res.stdout.strip().splitlines()[:-1]] == [
       ["P5", "distance/mla-long"], ["P1", "distance/rope-study"]]
   for bad in (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"]):
-    res = subprocess.run([sys.executable, "-m", "experiments.study", *bad,
+    res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", *bad,
                           f"--results={tmp_path}"], cwd=ROOT, capture_output=True,
                          text=True)
     assert res.returncode == 2 and res.stderr.startswith("error:"), (bad, res.stderr)
@@ -212,7 +212,7 @@ def test_settled_runs_are_listed_and_skipped(tmp_path):
   _summary(results, "distance/learned-study", "learned", 0.95)
   assert study.settled(results)["distance/alibi-study"] == "a refutation"
   assert "distance/partial_rope-k1-study" not in study.settled(results)
-  cmd = [sys.executable, "-m", "experiments.study", f"--results={results}",
+  cmd = [sys.executable, "-m", "studies.arxiv_2505_13027.plan", f"--results={results}",
          f"--runs={tmp_path / 'runs'}"]
   res = subprocess.run(cmd + ["--list", "--only=distance/alibi-study,"
                               "distance/partial_rope-k1-study"],
@@ -236,7 +236,8 @@ def test_settled_runs_are_listed_and_skipped(tmp_path):
 def test_registered_configurations_reach_the_sweep_and_the_report():
   """A plan entry with overrides: its own name, its --config flags, and a
   config whose (preset, variant) the report judges at (claims.TASK2_CONFIGS)."""
-  from pe_spectral import claims, config as configs
+  from pe_spectral import config as configs
+  from studies.arxiv_2505_13027 import claims
   registered = [e for e in study.PLAN if e.overrides]
   assert {e.pe for e in registered} >= {"nope", "rope", "mla", "rope_sinusoidal", "sinusoidal"}
   judged = set()
@@ -324,7 +325,7 @@ def test_list_names_a_missing_paper_ablation(tmp_path):
   for f in ("config.json", "metrics.jsonl", "ablation.json"):
     (res_dir / f).write_text("{}")
   def listed():
-    res = subprocess.run([sys.executable, "-m", "experiments.study", "--list",
+    res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--list",
                           f"--results={tmp_path / 'res'}", f"--runs={tmp_path / 'runs'}",
                           f"--only={e.key}"], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -345,7 +346,7 @@ def test_study_commits_the_evidence_then_the_paper_ablation(tmp_path):
            if (e.task, e.pe, e.faithful, e.tag) == ("distance", "rope", False, ""))
   assert e.paper_ablation
   e = dataclasses.replace(e, preset="smoke")
-  res = subprocess.run([sys.executable, "-m", "experiments.study", "--preset=smoke",
+  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--preset=smoke",
                         f"--only={e.key}", "--seeds=5", "--git_commit", "--runs=runs",
                         "--results=res"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)

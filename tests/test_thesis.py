@@ -3,7 +3,8 @@ inconclusive and not-converged cases, without files or markdown."""
 import numpy as np
 import pytest
 
-from pe_spectral import stats, thesis
+from pe_spectral import stats
+from studies.arxiv_2505_13027 import thesis
 
 
 def _run(pe, coupling, *, ratio, speed, sharp=100.0, spikes=0, plateaued=8, seeds=8,
@@ -234,7 +235,7 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   for pe in pes:
     os.symlink(tmp_path / "runs" / "distance" / f"{pe}-smoke", root / pe)
   sys.path.insert(0, repo)
-  from experiments import report, report_thesis
+  from studies.arxiv_2505_13027 import report, report_thesis
   truns = report_thesis.load_thesis(str(root))
   assert list(truns) == ["rope", "rope_additive"]
   for pe, r in truns.items():
@@ -287,7 +288,7 @@ def _ablation(pattern, seeds=8, layers=2, heads=4, seed=0):
 
 
 def test_deposit_rule_against_a_hand_computed_case():
-  from pe_spectral.claims import deposit_rule
+  from studies.arxiv_2505_13027.claims import deposit_rule
   drop = np.zeros((3, 4, 3))
   drop[0, 1, 2], drop[0, 1, 0] = 0.30, 0.10   # layer 1: 30 >= 3 x 10 points: holds
   drop[1, 0, 0], drop[1, 0, 1] = 0.30, 0.11   # 30 < 33: no
@@ -343,7 +344,7 @@ def test_claim_g_an_unconverged_run_fixes_the_label_with_runs_missing():
   assert r["verdict"] == "not run" and r["unconverged"] == []
   # the report's (g) row, from committed deposit runs: fractions marked, and the
   # missing runs named by the plan as unable to change the label
-  from experiments import report
+  from studies.arxiv_2505_13027 import report
   dep = lambda pe, plateaued, pattern: {
       "task": "distance", "pe": pe, "preset": "deposit", "faithful": False,
       "seeds": list(range(8)), "test_accuracy": [0.5] * 8, "ablation": _ablation(pattern),
@@ -367,11 +368,11 @@ def test_claim_g_an_unconverged_run_fixes_the_label_with_runs_missing():
 
 
 def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
-  """docs/study.md, seventh amendment: a member that did not converge at
+  """studies/arxiv_2505_13027/study.md, seventh amendment: a member that did not converge at
   LAST_RUNG_EPOCHS, judged or waiting for its partner, makes its pair's
   unconverged (f) *not testable at this scale*; below the last rung, or when
   the last-rung run converged, the rules are unchanged."""
-  from pe_spectral.claims import NOT_TESTABLE
+  from studies.arxiv_2505_13027.claims import NOT_TESTABLE
   last = thesis.LAST_RUNG_EPOCHS
   four = {pe: _with_budget(r, 64) for pe, r in _four().items()}
   slow64 = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=1,
@@ -411,7 +412,7 @@ def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
   assert thesis.claim_f({**judged, **dec}, [{"rope_additive": slow_last}])["verdict"] == \
       NOT_TESTABLE
   # the report hands its superseded budgets to (f)
-  from experiments import report
+  from studies.arxiv_2505_13027 import report
   rows = {r[0]: r for r in report.thesis_claims(judged, with_g=False,
                                                  superseded=[{"rope_additive": slow_last}])}
   assert f"rotary: {NOT_TESTABLE} (rope_additive did not converge" in rows["f"][3]

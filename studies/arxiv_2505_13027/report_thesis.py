@@ -1,10 +1,10 @@
 """The coupling study's section of ``RESULTS.md``: the 2×2 design of
-docs/study.md ("The thesis").
+study.md ("The thesis").
 
 Loads the committed thesis runs of each budget (:func:`load_thesis_budgets`), names
 a configuration (:func:`thesis_task_label`) and renders its table, figures and the
 frequency attribution of the deposit head (:func:`thesis_section`). The verdict rows
-(e), (f), (f2), (g) stay in ``experiments.report``, beside the other claims.
+(e), (f), (f2), (g) stay in ``studies.arxiv_2505_13027.report``, beside the other claims.
 """
 from __future__ import annotations
 
@@ -14,11 +14,15 @@ from typing import Sequence
 
 import numpy as np
 
+from pe_spectral import plotting, stats
+from studies.arxiv_2505_13027 import thesis
+
+plt = plotting.plt  # pyplot, on the Agg backend plotting selects
+
 
 def load_thesis(root: str) -> dict:
   """``{pe: thesis run}`` for every finished run under ``root`` (the four PEs
   of the 2x2 design first, in the design's order)."""
-  from pe_spectral import thesis
   if not root or not os.path.isdir(root):
     return {}
   order = [pe for _, m, a in thesis.PAIRS for pe in (m, a)]
@@ -30,8 +34,7 @@ def load_thesis(root: str) -> dict:
 
 def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
   """``(judged, superseded)`` over several budget directories
-  (:func:`pe_spectral.thesis.judged_runs`)."""
-  from pe_spectral import thesis
+  (:func:`studies.arxiv_2505_13027.thesis.judged_runs`)."""
   return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
 
 
@@ -47,7 +50,6 @@ def thesis_budget(truns: dict) -> str:
 
 
 def _thesis_table(truns: dict) -> list[str]:
-  from pe_spectral import stats, thesis
   lines = [
       "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
       "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | peak in the first half "
@@ -76,7 +78,7 @@ def _thesis_table(truns: dict) -> list[str]:
 
 def thesis_task_label(truns: dict) -> str:
   """A thesis configuration's name from its runs' own config: ``Task 1`` or,
-  for the Task 2 runs (docs/study.md, fourth amendment), e.g. ``Task 2
+  for the Task 2 runs (study.md, fourth amendment), e.g. ``Task 2
   (counting, 48 tokens, counts 0–40), dropout 0``."""
   rc = next(iter(truns.values()))["config"]["run"]
   t = rc["task"]
@@ -92,14 +94,13 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
   """The 2x2 design's section for one configuration (``task`` names it in the
   text, ``slug`` in the figure names); ``heading`` off for a second
   configuration, which gets a sub-heading instead."""
-  from pe_spectral import plotting
   lines = (["## Spectral contraction and optimisation", ""] if heading
            else [f"### The 2×2 design on {task}", ""])
   if not truns:
     return lines + ["No coupling-study runs (`launch/thesis_cpu.sh`) are committed yet.", ""]
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
   lines += [
-      "The 2×2 design of [docs/study.md](docs/study.md) (\"The thesis\", pre-registered before "
+      "The 2×2 design of [study.md](study.md) (\"The thesis\", pre-registered before "
       "these runs): one kernel coupled multiplicatively or additively — rotary (`rope` vs "
       "`rope_additive`) and decay (`alibi_multiplicative` vs `alibi`). "
       f"{task}, {thesis_budget(truns)} (pairs compared on the seeds they share); the "
@@ -114,11 +115,11 @@ def thesis_section(truns: dict, figdir: str, outdir: str,
   for sup in superseded:
     lines += ["", f"Not judged — runs at another budget ({thesis_budget(sup)}); a pair is "
               "judged at the longest budget at which both of its members are committed "
-              "(docs/study.md, second amendment):", ""] + _thesis_table(sup)
+              "(study.md, second amendment):", ""] + _thesis_table(sup)
   os.makedirs(figdir, exist_ok=True)
   paths = {k: os.path.join(figdir, f"thesis_{slug + '_' if slug else ''}{k}.png")
            for k in ("curves", "ratio", "sharpness", "scatter")}
-  plotting.thesis_figures(truns, paths)
+  thesis_figures(truns, paths)
   lines += ["", f"![test accuracy]({rel(paths['curves'])})", "",
             f"![coupling ratio over training]({rel(paths['ratio'])})", "",
             f"![sharpness over training]({rel(paths['sharpness'])})", "",
@@ -134,8 +135,6 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
   """The frequency-band attribution of each seed's layer-0 deposit head, from a
   committed ``ablation-freq.json`` (``ablate --frequencies``): per PE, the
   first budget in ``budgets`` that has one."""
-  from pe_spectral import plotting
-  from pe_spectral import thesis
   lines, done = [], set()
   for pe, r in ((pe, r) for b in budgets for pe, r in b.items()):
     path = os.path.join(r.get("workdir", ""), "ablation-freq.json")
@@ -168,3 +167,105 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
       lines.append(f"| {seed} | {heads[s]} | {d[k]:.1f} | {theta[k]:.3g} | {share} |")
     lines += ["", f"![frequency heatmaps {pe}]({rel(fig)})", ""]
   return lines
+
+
+# The thesis figures (moved from pe_spectral.plotting: they read the study's rules).
+_THESIS_COLORS = {"rope": "tab:blue", "rope_additive": "tab:cyan",
+                  "alibi_multiplicative": "tab:red", "alibi": "tab:orange"}
+
+
+def _color(pe, i):
+  return _THESIS_COLORS.get(pe, f"C{i}")
+
+
+def _log_band(ax, x, per_seed, label, color, style="-"):
+  """Geometric mean ± one geometric std over seeds of positive ``[evals, seeds]``."""
+  a = np.log(np.asarray(per_seed, float))
+  mean, std = a.mean(1), a.std(1)
+  ax.plot(x, np.exp(mean), style, color=color, label=label)
+  ax.fill_between(x, np.exp(mean - std), np.exp(mean + std), color=color, alpha=0.15, lw=0)
+
+
+# The sharpness figure's panels: y label -> a curvature.jsonl row's [seeds] values.
+_CURVATURE_PANELS = {"λ_max(P⁻¹H), Adam's P": lambda row: row["precond_sharpness"],
+                     "λ_max(H)": lambda row: np.asarray(row["top_eigs"])[:, 0]}
+
+
+def thesis_figures(runs: dict, paths: dict) -> None:
+  """The thesis section's figures from ``{pe: thesis run}`` (``studies.arxiv_2505_13027.thesis``):
+
+  * ``paths["ratio"]``: coupling ratio over training per PE and layer (contraction
+    ratio for multiplicative PEs, widening ratio for additive ones; geometric
+    mean and band over seeds; 1 = no effect);
+  * ``paths["sharpness"]``: Adam-preconditioned sharpness and the top Hessian
+    eigenvalue over training;
+  * ``paths["scatter"]``: examples to 90 % of final test accuracy against the
+    early coupling ratio, one point per seed;
+  * ``paths["curves"]``: test accuracy over training.
+  """
+  pes = list(runs)
+  layers = thesis.ratio_over_training(runs[pes[0]]).shape[-1]
+  fig, axes = plt.subplots(1, layers, figsize=(4.2 * layers, 3.4), dpi=110, squeeze=False)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    ratio = thesis.ratio_over_training(r)                        # [evals, seeds, layers]
+    ex = [row["examples_seen"] for row in r["metrics"]][:ratio.shape[0]]
+    for layer in range(layers):
+      _log_band(axes[0, layer], np.asarray(ex) / 1e3, ratio[:, :, layer],
+                f"{pe} ({r['coupling'][:4]}.)", _color(pe, i))
+  for layer, ax in enumerate(axes[0]):
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("examples seen per seed (thousands)")
+    ax.set_ylabel("spread(S(L)) / spread without the coupling")
+    ax.set_title(f"layer {layer}: head median", fontsize=9)
+    ax.grid(alpha=0.3)
+  axes[0, 0].legend(fontsize=7)
+  plotting.save_figure(fig, paths["ratio"])
+
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    if not r["curvature"]:
+      continue
+    ex = np.asarray([row["step"] for row in r["curvature"]], float)
+    ex = ex * r["config"]["run"]["train"]["batch_size"] / 1e3
+    for ax, per_seed in zip(axes, _CURVATURE_PANELS.values()):
+      _log_band(ax, ex, [per_seed(row) for row in r["curvature"]], pe, _color(pe, i))
+  for ax, label in zip(axes, _CURVATURE_PANELS):
+    ax.set_ylabel(label)
+  for ax in axes:
+    ax.set_yscale("log")
+    ax.set_xlabel("examples seen per seed (thousands)")
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7)
+  fig.suptitle("loss curvature on 64 fixed training examples (geometric mean ± std over seeds)",
+               fontsize=9)
+  plotting.save_figure(fig, paths["sharpness"])
+
+  fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    mark = "o" if thesis.converged(r) else "x"
+    ax.scatter(thesis.early_ratio(r), thesis.examples_to_threshold(r) / 1e3, marker=mark,
+               color=_color(pe, i),
+               label=pe + ("" if thesis.converged(r) else " (not converged)"))
+  ax.set_xscale("log")
+  ax.axvline(1.0, color="k", lw=0.8)
+  ax.set_xlabel("coupling ratio at the first evaluation (layer geometric mean)")
+  ax.set_ylabel("examples to 90 % of final test acc (k)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  plotting.save_figure(fig, paths["scatter"])
+
+  fig, ax = plt.subplots(figsize=(5.5, 3.5), dpi=110)
+  for i, pe in enumerate(pes):
+    r = runs[pe]
+    ex = np.asarray([row["examples_seen"] for row in r["metrics"]]) / 1e3
+    plotting.seed_band(ax, ex, [row["test_accuracy"] for row in r["metrics"]], pe, _color(pe, i))
+  ax.set_xlabel("examples seen per seed (thousands)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_ylim(0, 100)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, loc="lower right")
+  plotting.save_figure(fig, paths["curves"])

@@ -1,4 +1,4 @@
-"""The thesis claims (e), (f), (f2) as pure decision rules (docs/study.md).
+"""The thesis claims (e), (f), (f2) as pure decision rules (study.md).
 
 A *thesis run* is a dict read from one run's committed files:
 ``summary`` (summary.json), ``metrics`` (metrics.jsonl rows), ``steps``
@@ -26,7 +26,7 @@ __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
 CONVERGED_FRAC = 2.0 / 3.0
 THRESHOLD_FRAC = 0.9
-# The last budget of the Task 1 ladder (docs/study.md, seventh amendment): a
+# The last budget of the Task 1 ladder (study.md, seventh amendment): a
 # pair with a member that did not converge at this many epochs or more is not
 # testable at this project's scale.
 LAST_RUNG_EPOCHS = 128
@@ -93,7 +93,7 @@ def per_step_losses(run: dict) -> np.ndarray:
 
 # A spike's absolute floor: spikes that also exceed this batch loss. For runs
 # under 64 epochs it is a sensitivity figure beside the pre-registered count;
-# the third amendment (docs/study.md) puts it in force for pairs judged at
+# the third amendment (study.md) puts it in force for pairs judged at
 # SPIKE_FLOOR_FROM_EPOCHS epochs or more, registered before any such run; the
 # fourth amendment puts it in force for the Task 2 configuration
 # (SPIKE_FLOOR_TASKS), also before any of its runs.
@@ -194,10 +194,10 @@ def _last_rung_failures(pe_runs) -> list[str]:
 def claim_f(runs: dict, other_budgets: Sequence[dict] = ()) -> dict:
   """(f) per pair and overall on the judged ``runs``. ``other_budgets``: the
   pair members' runs at other budgets (``judged_runs``' superseded ones), read
-  only for the last rung (docs/study.md, seventh amendment): a pair that would
+  only for the last rung (study.md, seventh amendment): a pair that would
   be *inconclusive (not converged)* is *not testable at this scale* when a
   member did not converge at :data:`LAST_RUNG_EPOCHS` epochs or more."""
-  from pe_spectral.claims import NOT_TESTABLE
+  from studies.arxiv_2505_13027.claims import NOT_TESTABLE
   pairs = {}
   for kernel, m, a in PAIRS:
     if m in runs and a in runs:
@@ -261,9 +261,9 @@ def claim_g(ablations: dict, *, converged: Optional[dict] = None,
     "additive" (pooled fractions), "diff", "lo", "hi", "verdict"}``. With PEs
     missing: ``{"fractions", "unconverged", "missing", "verdict"}``, the
     verdict "not run" -- unless a present run did not converge, which fixes
-    the label whatever the missing runs show (docs/study.md, ninth amendment).
+    the label whatever the missing runs show (study.md, ninth amendment).
   """
-  from pe_spectral.claims import deposit_rule
+  from studies.arxiv_2505_13027.claims import deposit_rule
   hits = {pe: np.asarray(deposit_rule(a)["per_seed"], bool) for pe, a in ablations.items()
           if pe in G_MULTIPLICATIVE + G_ADDITIVE}
   unconverged = [pe for pe in G_MULTIPLICATIVE + G_ADDITIVE
@@ -298,7 +298,7 @@ def budget(run: dict) -> tuple:
 
 
 def judged_runs(budgets: Sequence[dict]) -> tuple[dict, list[dict]]:
-  """Picks the runs that judge the claims (docs/study.md, second amendment).
+  """Picks the runs that judge the claims (study.md, second amendment).
 
   Args:
     budgets: one ``{pe: thesis run}`` per committed budget directory.

@@ -1,8 +1,8 @@
 r"""The converged study: every run the pre-registered claims need, in one list.
 
-  python -m experiments.study --list                 # the plan, and what is done
-  python -m experiments.study                        # run what is missing, in order
-  python -m experiments.study --workers=8 --deadline_s=480   # GPU: 8 at a time
+  python -m studies.arxiv_2505_13027.plan --list                 # the plan, and what is done
+  python -m studies.arxiv_2505_13027.plan                        # run what is missing, in order
+  python -m studies.arxiv_2505_13027.plan --workers=8 --deadline_s=480   # GPU: 8 at a time
 
 Each entry is an ``experiments.sweep`` run (8 seeds, the same seeds and data
 for every PE, so runs pair seed by seed) followed by its head ablations. A run
@@ -36,7 +36,8 @@ from typing import Optional
 from absl import app, flags
 
 from pe_spectral import cli
-from pe_spectral.claims import CLAIM_PES
+from studies.arxiv_2505_13027 import RESULTS
+from studies.arxiv_2505_13027.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
 SMALL_FILES = ("config.json", "summary.json", "metrics.jsonl")
@@ -55,7 +56,7 @@ class Entry:
   faithful: bool = False
   rope_heads: Optional[int] = None
   paper_ablation: bool = False  # also the paper-style ablation (all data, leak)
-  # A registered configuration beside the preset's (docs/study.md): its
+  # A registered configuration beside the preset's (study.md): its
   # --config.<section>.<field>=<value> settings, and the tag that names it
   overrides: tuple = ()
   tag: str = ""
@@ -88,7 +89,7 @@ class Entry:
   @property
   def spec(self) -> dict:
     """This run as ``claims.run_spec`` names it."""
-    from pe_spectral import claims
+    from studies.arxiv_2505_13027 import claims
     return claims.run_spec(self.task, self.pe, preset=self.preset, faithful=self.faithful,
                            rope_heads=self.rope_heads, variant=self.variant)
 
@@ -114,7 +115,7 @@ def _entries() -> list[Entry]:
           ("mla", "nope", "rope", "rope_sinusoidal", "sinusoidal")]
   out += [E(1, "deposit", "distance", pe, paper_ablation=True) for pe in
           ("rope", "nope", "alibi", "mla")]
-  # Claims (b) and (d) again without dropout (docs/study.md, "Task 2 without
+  # Claims (b) and (d) again without dropout (study.md, "Task 2 without
   # dropout"): the configuration registered after the pilots, judged beside the
   # study preset's rows. NoPE and RoPE first: both claims need them.
   task2 = ("nope", "rope", "mla", "rope_sinusoidal", "sinusoidal")
@@ -124,7 +125,7 @@ def _entries() -> list[Entry]:
   out += [E(1, "study", "count", pe, epochs=40, tag="len80-dropout0",
             overrides=(("model.dropout", "0"), ("task.seq_len", "80"), ("task.max_len", "80"),
                        ("task.count_max", "66"))) for pe in task2]
-  # Claim (g), the thesis study (docs/study.md): the deposit with 8 heads per
+  # Claim (g), the thesis study (study.md): the deposit with 8 heads per
   # layer for the multiplicative and additive PEs (rope and alibi are above).
   out += [E(2, "deposit", "distance", pe) for pe in
           ("alibi_multiplicative", "rope_additive", "xpos", "p_rope", "relative",
@@ -142,7 +143,7 @@ def _entries() -> list[Entry]:
                paper_ablation=True))
   out += [E(4, "study", "count", pe) for pe in ("alibi", "learned", "relative")]
   # The same comparisons with 3.3x the study budget, for the groups that had
-  # not converged at `study` (docs/study.md: a claim is judged at `long` where
+  # not converged at `study` (study.md: a claim is judged at `long` where
   # its reference run exists there). Most informative first; their core is
   # priority 2, ahead of the remaining study runs.
   out += [E(2, "long", "count", pe) for pe in
@@ -159,7 +160,7 @@ def _entries() -> list[Entry]:
   # Runs that can no longer change a verdict, last (2026-12-03): clean (a) is
   # refuted at `long` by a converged comparison (learned), and faithful (a) is
   # not testable at this scale because its reference did not converge there
-  # (docs/study.md, eighth amendment). They only fill in the table. alibi-long
+  # (study.md, eighth amendment). They only fill in the table. alibi-long
   # stays above: no verdict needs it either, but it says whether ALiBi learns
   # Task 1 at all at this size, which the decay pair of (f) is waiting to know.
   out += [E(5, "long", "distance", pe) for pe in ("relative", "nope")]
@@ -191,7 +192,8 @@ def settled(results: str) -> dict:
   A run no row waits for is not listed. (Pilots only move a faithful Task 2
   row between "not run" and "not testable", neither settled, so they are not
   read.)"""
-  from pe_spectral import claims, workdir
+  from pe_spectral import workdir
+  from studies.arxiv_2505_13027 import claims
   why: dict = {}
   for spec, reason in claims.waiting(workdir.load_runs(results)):
     e = entry_for(spec)
@@ -278,7 +280,7 @@ def collect_and_commit(e: Entry, runs_root: str, results: str, *, commit: bool,
             else f"imported from {runs_root}, where it finished" if imported
             else "as the run finished")
     err = git_commit([dst], f"results: {e.key}, {e.preset} preset (committed by "
-                     f"experiments.study, {what})")
+                     f"studies.arxiv_2505_13027.plan, {what})")
     if err:
       _log(f"could not commit {dst}: {err}")
   return True
@@ -499,7 +501,7 @@ def define_flags() -> None:
                       "results/runs tree from another machine (e.g. launch/gpu_decide.sh's "
                       "study-results.tgz, unpacked); with --git_commit each is committed. "
                       "Trains nothing.")
-  flags.DEFINE_string("results", os.path.join("results", "runs"),
+  flags.DEFINE_string("results", os.path.join(RESULTS, "runs"),
                       "Where finished runs' small files are committed.")
   flags.DEFINE_integer("seeds", 8, "Seeds per run (the claims need >= 5).")
   flags.DEFINE_integer("workers", 1, "Runs at once.")

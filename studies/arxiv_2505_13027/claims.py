@@ -1,5 +1,5 @@
 """The paper's claims as a library: its numbers, the PEs each claim compares,
-the thresholds and the decision rules (docs/study.md).
+the thresholds and the decision rules (study.md).
 
 Pure functions of run records -- dicts as ``pe_spectral.workdir.load_runs``
 reads them from committed files (``summary.json`` fields plus ``records``,
@@ -142,7 +142,7 @@ PAPER_MLA_FACTOR = 1.5
 STUDY_PRESET = "study"
 DEPOSIT_PRESET = "deposit"
 LONG_PRESET = "long"  # the study with 3.3x the budget, for groups that had not converged
-# Task 2 configurations registered beside the study preset's (docs/study.md,
+# Task 2 configurations registered beside the study preset's (study.md,
 # "Task 2 without dropout"), as (preset, variant): claims (b) and (d) are
 # judged on each as well, in clean mode, never replacing the study preset's rows.
 TASK2_CONFIGS = (
@@ -155,13 +155,13 @@ TASK2_CONFIGS = (
 CONVERGED_FRAC = 2.0 / 3.0
 # "Partial RoPE on one head comes close to full RoPE": within this many points.
 CLOSE_MARGIN = 5.0
-# The largest Task 1 budget of the plan (docs/study.md, "Not testable at this
+# The largest Task 1 budget of the plan (study.md, "Not testable at this
 # scale"): a claim judged there that is undecided only because a run did not
 # converge cannot be decided at this project's scale, and says so with the runs.
 LARGEST_PRESET = LONG_PRESET
 NOT_TESTABLE = "not testable at this scale"
 # (a) with every comparison made so far won but rivals still to run: a claim of
-# several comparisons is reproduced only if all of them are (docs/study.md)
+# several comparisons is reproduced only if all of them are (study.md)
 RIVALS_MISSING = "inconclusive (rivals missing)"
 
 
@@ -214,7 +214,7 @@ def plateau_of_test_accuracy(r) -> dict:
 
 
 def converged_by_test_accuracy(r) -> bool:
-  """The second rule (docs/study.md): >= 2/3 of seeds plateaued in test accuracy."""
+  """The second rule (study.md): >= 2/3 of seeds plateaued in test accuracy."""
   per = plateau_of_test_accuracy(r).get("per_seed") or []
   return bool(per) and sum(per) >= CONVERGED_FRAC * len(per)
 
@@ -255,7 +255,7 @@ def scale_verdict(rows, used, *, preset, pending, reference=None,
   """A Task 1 claim's verdict from its comparisons ``rows`` (name, :func:`compare`)
   on the runs ``used``: :func:`combine`'s, except that at :data:`LARGEST_PRESET`,
   with no run ``pending``, a claim undecided only because runs did not converge
-  is :data:`NOT_TESTABLE`, naming them (docs/study.md, fifth amendment). A
+  is :data:`NOT_TESTABLE`, naming them (study.md, fifth amendment). A
   converged comparison still refutes, and one whose CI is merely wide keeps the
   claim inconclusive. ``reference``, the run every comparison includes: if it
   did not converge there, the label is given at once, pending runs or not,
@@ -306,7 +306,7 @@ def faithful_task2_pilots(pilots) -> list:
 
 def pilots_verdict(pilots, *, test_rule: bool = False):
   """The verdict of a faithful Task 2 row none of whose runs is committed
-  (docs/study.md, sixth amendment): :data:`NOT_TESTABLE`, naming the pilots,
+  (study.md, sixth amendment): :data:`NOT_TESTABLE`, naming the pilots,
   when faithful Task 2 pilots exist and none of them converged (by the rule of
   the column: ``test_rule`` for the test-accuracy one); ``None`` otherwise, and
   the row stays "not run"."""
@@ -339,7 +339,7 @@ def claim_presets(runs, task, ref_pe, faithful) -> list[tuple[str, bool]]:
 
 
 def claims(runs, pilots=()) -> list[dict]:
-  """The pre-registered claims (docs/study.md), each with its evidence and
+  """The pre-registered claims (study.md), each with its evidence and
   verdict. A claim's row at a preset that does not judge it (the ``study``
   row once its ``long`` row exists) carries ``"judged": False``. ``pilots``
   (committed 2-seed pilots, not evidence) only label the faithful Task 2 rows
@@ -416,9 +416,9 @@ def claims(runs, pilots=()) -> list[dict]:
 
 def claim_g_of(runs) -> dict:
   """(g) from the committed clean ``deposit``-preset Task 1 runs that have an
-  ``ablation`` (:func:`pe_spectral.thesis.claim_g`, with the study's
+  ``ablation`` (:func:`studies.arxiv_2505_13027.thesis.claim_g`, with the study's
   convergence rule), as a claim row: ``"id"`` is ``"g"``."""
-  from pe_spectral import thesis
+  from studies.arxiv_2505_13027 import thesis
   found = {pe: find(runs, "distance", pe, preset=DEPOSIT_PRESET)
            for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
   found = {pe: r for pe, r in found.items() if r is not None and r.get("ablation")}
@@ -440,7 +440,7 @@ def cannot_change(c: dict) -> Optional[str]:
   * :data:`REFUTATION`: a converged comparison refuted it;
   * "the reference did not converge": a Task 1 row not testable with runs
     missing, which only an unconverged reference at the largest budget gives
-    (docs/study.md, eighth amendment); a Task 2 row not testable from pilots
+    (study.md, eighth amendment); a Task 2 row not testable from pilots
     (sixth amendment) is not settled: a GPU's runs would judge it;
   * "<pes> did not converge": (g) with a committed run that did not converge
     (ninth amendment).

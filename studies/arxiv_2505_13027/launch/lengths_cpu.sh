@@ -6,12 +6,12 @@
 # A PE already committed there is skipped (FORCE=1 redoes it).
 #   launch/lengths_cpu.sh [PE ...]      (default: the list below)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 PES=("$@")
 [[ ${#PES[@]} -gt 0 ]] || PES=(rope alibi sinusoidal relative mla nope learned rope_sinusoidal)
 for pe in "${PES[@]}"; do
-  if [[ -z "${FORCE:-}" && -f "results/lengths/${pe}-cpu/lengths.json" ]]; then
-    echo "results/lengths/${pe}-cpu is committed: skipping ${pe}" >&2
+  if [[ -z "${FORCE:-}" && -f "studies/arxiv_2505_13027/results/lengths/${pe}-cpu/lengths.json" ]]; then
+    echo "studies/arxiv_2505_13027/results/lengths/${pe}-cpu is committed: skipping ${pe}" >&2
     continue
   fi
   wd="runs/lengths/${pe}-cpu"
@@ -21,7 +21,7 @@ for pe in "${PES[@]}"; do
   if [[ "$pe" == rope || "$pe" == rope_sinusoidal ]]; then
     for s in pi ntk yarn; do python -m experiments.lengths --workdir="$wd" --rope_scaling="$s"; done
   fi
-  out="results/lengths/${pe}-cpu"
+  out="studies/arxiv_2505_13027/results/lengths/${pe}-cpu"
   mkdir -p "$out"
   cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/lengths*.json "$out"/
 done

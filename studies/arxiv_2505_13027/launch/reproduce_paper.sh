@@ -2,7 +2,7 @@
 # The reproduction study at the paper preset (one GPU; 8 seeds; faithful and clean).
 #   launch/reproduce_paper.sh [--dry_run] [--seeds N]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
@@ -25,5 +25,5 @@ for wd in runs/distance/*-paper/ runs/count/*-paper/; do
   run_or_print python -m experiments.ablate --workdir="${wd%/}" --split=all
   run_or_print python -m experiments.decompose --workdir="${wd%/}"
 done
-run_or_print python -m experiments.report --runs=runs --out=RESULTS-paper.md \
-  --figdir=results/paper
+run_or_print python -m studies.arxiv_2505_13027.report --runs=runs --out=RESULTS-paper.md \
+  --figdir=runs/paper-figures

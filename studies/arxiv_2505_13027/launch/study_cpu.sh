@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The study plan's runs that a 2-core CPU can afford, one after another, in the
 # order in which they can decide a verdict (docs/study.md). Each is one
-# `experiments.study` entry, 8 seeds, at low priority (a `thesis-128ep/<pe>`
+# `studies.arxiv_2505_13027.plan` entry, 8 seeds, at low priority (a `thesis-128ep/<pe>`
 # entry is the coupling study's last rung instead: launch/thesis_cpu.sh
 # --last_rung <pe>, committed the same way): skipped when its small
 # files are committed under results/runs/, resumed when its checkpoint is under
 # runs/, then ablated, its small files copied to results/runs/<task>/<name>/
 # and git-committed (those paths only) as it finishes, so a session that ends
 # mid-queue loses no finished run. Then rebuild the report:
-# python -m experiments.report.
+# python -m studies.arxiv_2505_13027.report.
 # A run that no verdict can use any more (every verdict-table row that waits for
 # it is settled: a refutation, a label an unconverged run has fixed, or a
 # `study` row its `long` row replaced as the judge) is
-# skipped (experiments.study --skip_settled), except the DESCRIBE ones at the
+# skipped (studies.arxiv_2505_13027.plan --skip_settled), except the DESCRIBE ones at the
 # queue's end, run for what they show once the runs that decide are done.
 # Measured on a 2-core AMD EPYC: a `long` Task 1 run about 2 h, a clean
 # `deposit` run about 2.4 h, a faithful one 2.4 h alone (about 4 h beside
@@ -29,7 +29,7 @@
 # 10). Start it from the session that runs the other work, or lower its whole
 # session: echo 10 > /proc/<its pid>/autogroup.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
@@ -76,11 +76,11 @@ failed=()
 for name in "${NAMES[@]}"; do
   if [[ "$name" == thesis-128ep/* ]]; then
     cmd=(env GIT_COMMIT=1 PYTHON="$PY" nice -n "${NICE:-10}"
-         launch/thesis_cpu.sh --last_rung "${name#*/}")
+         studies/arxiv_2505_13027/launch/thesis_cpu.sh --last_rung "${name#*/}")
   else
     skip=(--skip_settled)
     if [[ " ${DESCRIBE[*]} " == *" $name "* ]]; then skip=(); fi
-    cmd=(nice -n "${NICE:-10}" "$PY" -m experiments.study --only="$name" --seeds=8
+    cmd=(nice -n "${NICE:-10}" "$PY" -m studies.arxiv_2505_13027.plan --only="$name" --seeds=8
          --git_commit "${skip[@]}")
   fi
   if ! run_or_print "${cmd[@]}"; then

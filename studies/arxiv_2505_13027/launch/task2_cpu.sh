@@ -3,7 +3,7 @@
 # without dropout"): the registered CPU-sized Task 2 runs of the study plan
 # (study preset, 80 tokens, counts 0-66, dropout 0, 40 epochs) with seeds 0-4, one PE after
 # another, at low priority so that other work keeps the cores. Each PE is one
-# `experiments.study` entry: it is skipped when its small files are committed
+# `studies.arxiv_2505_13027.plan` entry: it is skipped when its small files are committed
 # under results/runs/, resumed when its checkpoint is under runs/, then
 # ablated, and its small files are copied to
 # results/runs/count/<pe>-study-len80-dropout0/ (commit them). About 65-75 min per
@@ -11,7 +11,7 @@
 #   launch/task2_cpu.sh [--dry_run] [PE ...]
 #       (default: nope rope mla rope_sinusoidal sinusoidal; SEEDS=5, NICE=10)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
@@ -26,6 +26,6 @@ SEEDS=${SEEDS:-5}
 require_positive_int "$SEEDS" "SEEDS"
 PY=${PYTHON:-python3}
 for pe in "${PES[@]}"; do
-  run_or_print nice -n "${NICE:-10}" "$PY" -m experiments.study \
+  run_or_print nice -n "${NICE:-10}" "$PY" -m studies.arxiv_2505_13027.plan \
     --only="count/${pe}-study-len80-dropout0" --seeds="$SEEDS"
 done

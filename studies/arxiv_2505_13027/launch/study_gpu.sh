@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The converged study on one GPU within a time budget: a smoke check, a short
-# paper-preset speed probe, then `experiments.study` with several runs at once
+# paper-preset speed probe, then `studies.arxiv_2505_13027.plan` with several runs at once
 # (the study's models are small: compilation, not the GPU, is the bottleneck),
 # skipping the runs no verdict can use any more (--skip_settled).
 # Finished runs' small files land in results/runs/; with OUT_DIR, a tarball of
 # them and of the logs goes there too. PROBE=0 skips the speed probe;
-# STUDY_ARGS adds flags to experiments.study (e.g. "--priority_max=2").
+# STUDY_ARGS adds flags to studies.arxiv_2505_13027.plan (e.g. "--priority_max=2").
 #   launch/study_gpu.sh [--dry_run] [BUDGET_S [WORKERS [OUT_DIR]]]
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../../.." || exit 2
 # shellcheck source=launch/common.sh
 . launch/common.sh
 
@@ -40,8 +40,8 @@ if [ "$DRY_RUN" -eq 0 ] && [ "$LEFT" -lt 60 ]; then
   exit 0
 fi
 # shellcheck disable=SC2086  # STUDY_ARGS is a list of flags
-run_or_print "$PY" -m experiments.study --workers="$WORKERS" --deadline_s="$LEFT" --grace_s=30 \
+run_or_print "$PY" -m studies.arxiv_2505_13027.plan --workers="$WORKERS" --deadline_s="$LEFT" --grace_s=30 \
   --skip_settled ${STUDY_ARGS:-}
 if [ -n "$OUT_DIR" ]; then
-  run_or_print tar czf "$OUT_DIR/study.tgz" results/runs runs/logs
+  run_or_print tar czf "$OUT_DIR/study.tgz" studies/arxiv_2505_13027/results/runs runs/logs
 fi

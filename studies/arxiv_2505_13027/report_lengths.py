@@ -3,7 +3,7 @@
 Reads the ``<run>/lengths*.json`` files ``experiments.lengths`` writes (committed by
 ``launch/lengths_cpu.sh``) and renders the PE × test-length table, with the spectral
 module's prediction beside it, the figure, RoPE's eval-time scalings and shifted starts.
-``experiments.report`` calls :func:`load_lengths` and :func:`lengths_section`.
+``studies.arxiv_2505_13027.report`` calls :func:`load_lengths` and :func:`lengths_section`.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@
 #       (default: the four, rotary pair first; with --long/--longer/--last_rung:
 #       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
 . launch/common.sh
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
@@ -53,16 +53,16 @@ PY=${PYTHON:-python3}
 # converged SUMMARY_JSON: the study's rule (>= 2/3 of seeds plateaued)
 converged() {
   "$PY" -c 'import json, sys
-from pe_spectral import thesis
+from studies.arxiv_2505_13027 import thesis
 sys.exit(0 if thesis.converged({"summary": json.load(open(sys.argv[1]))}) else 1)' "$1"
 }
 for pe in "${PES[@]}"; do
-  out="results/${name}/${pe}"
+  out="studies/arxiv_2505_13027/results/${name}/${pe}"
   if [[ -z "${FORCE:-}" && -f "$out/summary.json" ]]; then
     echo "$out is committed: skipping ${pe}" >&2
     continue
   fi
-  gate="results/${name}/rope_additive/summary.json"
+  gate="studies/arxiv_2505_13027/results/${name}/rope_additive/summary.json"
   if [[ -n "$last_rung" && "$pe" == rope && "${GATE:-1}" != 0 ]] &&
      ! { [[ -f "$gate" ]] && converged "$gate"; }; then
     echo "rope at ${long} epochs runs only once rope_additive converged there ($gate;" \
@@ -89,7 +89,7 @@ for pe in "${PES[@]}"; do
     "$wd"/spectra.jsonl "$wd"/curvature.jsonl "$out"/
   if [[ -n "${GIT_COMMIT:-}" ]]; then
     "$PY" -c 'import sys
-from experiments.study import git_commit
+from studies.arxiv_2505_13027.plan import git_commit
 err = git_commit([sys.argv[1]], sys.argv[2])
 print("git: " + (err or "committed " + sys.argv[1]), file=sys.stderr)' \
       "$out" "thesis: ${pe} at ${epochs} epochs x ${seeds} seeds (launch/thesis_cpu.sh, finished run)"

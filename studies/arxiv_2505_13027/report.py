@@ -1,12 +1,12 @@
 r"""Collects every run under ``--runs`` into ``RESULTS.md`` plus figures.
 
-  python -m experiments.report                      # from the committed results/runs
-  python -m experiments.report --runs=runs --out=/tmp/R.md   # from local workdirs
+  python -m studies.arxiv_2505_13027.report                      # from the committed results/runs
+  python -m studies.arxiv_2505_13027.report --runs=runs --out=/tmp/R.md   # from local workdirs
 
 Reads ``summary.json``, ``metrics.jsonl`` and ``ablation*.json`` of each run
-directory ``<runs>/<task>/<name>/`` (the small files ``experiments.study``
+directory ``<runs>/<task>/<name>/`` (the small files ``studies.arxiv_2505_13027.plan``
 commits, so the report rebuilds from git alone). RESULTS.md opens with the
-verdict table of the pre-registered claims (docs/study.md), then per task:
+verdict table of the pre-registered claims (study.md), then per task:
 accuracy with bootstrap CIs, chance and ceiling, plateau status, examples
 seen against the paper's budget, learning curves from the committed
 metrics, paired comparisons on shared seeds; then the deposit analysis with
@@ -14,7 +14,7 @@ per-seed heatmaps and the clean vs paper-style ablation side by side; then
 length generalisation from ``--lengths`` (``<run>/lengths*.json`` of
 ``experiments.lengths``, committed by ``launch/lengths_cpu.sh``); the
 faithful Task 2 pilots of ``--pilots`` (``<pilot>/``), which label the
-faithful Task 2 rows that have no runs (docs/study.md, sixth amendment).
+faithful Task 2 rows that have no runs (study.md, sixth amendment).
 Hand-written notes after the marker line are kept. Figures go to
 ``--figdir``.
 """
@@ -32,47 +32,48 @@ xla_config.tune_cpu()
 from absl import app, flags, logging  # noqa: E402
 
 from pe_spectral import cli  # noqa: E402
+from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("runs", os.path.join("results", "runs"),
+flags.DEFINE_string("runs", os.path.join(RESULTS, "runs"),
                     "Directory holding <task>/<run>/ run directories.")
-flags.DEFINE_string("out", "RESULTS.md", "Markdown file to write.")
-flags.DEFINE_string("figdir", os.path.join("results", "figures"),
+flags.DEFINE_string("out", os.path.join(ROOT, "RESULTS.md"), "Markdown file to write.")
+flags.DEFINE_string("figdir", os.path.join(RESULTS, "figures"),
                     "Directory for the report's figures.")
-flags.DEFINE_string("pilots", os.path.join("results", "pilots"),
+flags.DEFINE_string("pilots", os.path.join(RESULTS, "pilots"),
                     "Directory of committed <pilot>/ run directories (2-seed sizing runs, not "
                     "evidence); the faithful Task 2 ones label the faithful Task 2 rows that "
-                    "have no runs (docs/study.md, sixth amendment).")
+                    "have no runs (study.md, sixth amendment).")
 flags.DEFINE_integer("ceiling_examples", 5000, "Examples for the Bayes ceiling.")
-flags.DEFINE_string("lengths", os.path.join("results", "lengths"),
+flags.DEFINE_string("lengths", os.path.join(RESULTS, "lengths"),
                     "Directory of <run>/lengths*.json (experiments.lengths) to report.")
-flags.DEFINE_list("thesis", [os.path.join("results", "thesis"),
-                              os.path.join("results", "thesis-32ep"),
-                              os.path.join("results", "thesis-64ep"),
-                              os.path.join("results", "thesis-128ep")],
+flags.DEFINE_list("thesis", [os.path.join(RESULTS, "thesis"),
+                              os.path.join(RESULTS, "thesis-32ep"),
+                              os.path.join(RESULTS, "thesis-64ep"),
+                              os.path.join(RESULTS, "thesis-128ep")],
                   "Directories of the coupling study's <pe>/ runs, one per budget "
                   "(launch/thesis_cpu.sh [--long|--longer|--last_rung]); each pair is judged "
-                  "at its longest budget (docs/study.md).")
-flags.DEFINE_list("thesis_count", [os.path.join("results", "thesis-count")],
+                  "at its longest budget (study.md).")
+flags.DEFINE_list("thesis_count", [os.path.join(RESULTS, "thesis-count")],
                   "Directories of the coupling study's Task 2 runs (launch/thesis_cpu.sh "
-                  "--count; docs/study.md, fourth amendment), judged on their own.")
+                  "--count; study.md, fourth amendment), judged on their own.")
 
-from pe_spectral.claims import (  # noqa: E402
+from studies.arxiv_2505_13027.claims import (  # noqa: E402
     CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
     PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
     NOT_TESTABLE, REFUTATION, cannot_change, claim_g_of, faithful_task2_pilots,
     plateau_of, run_spec)
-from pe_spectral.claims import budget_override as _budget  # noqa: E402
-from pe_spectral.claims import config_variant, variant_label  # noqa: E402
-from pe_spectral.claims import encoding_of as _encoding  # noqa: E402
-from pe_spectral.claims import mode_of as _mode  # noqa: E402
-from pe_spectral.claims import paper_number as _paper  # noqa: E402
-from pe_spectral.claims import preset_label as _preset  # noqa: E402
-from pe_spectral.claims import run_label as _label  # noqa: E402
+from studies.arxiv_2505_13027.claims import budget_override as _budget  # noqa: E402
+from studies.arxiv_2505_13027.claims import config_variant, variant_label  # noqa: E402
+from studies.arxiv_2505_13027.claims import encoding_of as _encoding  # noqa: E402
+from studies.arxiv_2505_13027.claims import mode_of as _mode  # noqa: E402
+from studies.arxiv_2505_13027.claims import paper_number as _paper  # noqa: E402
+from studies.arxiv_2505_13027.claims import preset_label as _preset  # noqa: E402
+from studies.arxiv_2505_13027.claims import run_label as _label  # noqa: E402
 from pe_spectral.workdir import load_runs  # noqa: E402
-from experiments.report_lengths import lengths_section, load_lengths  # noqa: E402
-from experiments.report_thesis import (  # noqa: E402
+from studies.arxiv_2505_13027.report_lengths import lengths_section, load_lengths  # noqa: E402
+from studies.arxiv_2505_13027.report_thesis import (  # noqa: E402
     thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
 
 
@@ -206,9 +207,9 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
 
 def missing_txt(specs, lead: str = "waits for") -> str:
   """The runs a claim's row still waits for, by their study-plan names
-  (``python -m experiments.study --only=<name>`` runs one) and priority, in
+  (``python -m studies.arxiv_2505_13027.plan --only=<name>`` runs one) and priority, in
   the plan's order, after ``lead``."""
-  from experiments import study
+  from studies.arxiv_2505_13027 import plan as study
   found = [(study.entry_for(spec), spec) for spec in specs]
   order = {e.key: i for i, e in enumerate(study.PLAN)}
   parts = [f"`{e.key}` (P{e.priority})"
@@ -221,7 +222,7 @@ def missing_txt(specs, lead: str = "waits for") -> str:
 
 def waiting_lead(c) -> str:
   """What a row says before the runs it still waits for: that they cannot
-  change its verdict (:func:`pe_spectral.claims.cannot_change`), that they are
+  change its verdict (:func:`studies.arxiv_2505_13027.claims.cannot_change`), that they are
   a GPU's (a Task 2 row not testable from pilots, sixth amendment), or that
   the row waits for them."""
   why = cannot_change(c)
@@ -238,7 +239,7 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
   from pe_spectral import stats as _stats
   cl = claims(runs, pilots)
   lines = ["## Verdicts", "",
-           "The claims, their tests and decision rules are in [docs/study.md](docs/study.md), "
+           "The claims, their tests and decision rules are in [study.md](study.md), "
            "which also says which details were fixed before the runs and which after. "
            "Paired differences are in accuracy points, "
            "mean [95 % percentile-bootstrap CI] over the seeds both runs share (same "
@@ -251,11 +252,11 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
            "converge there, since none of its comparisons can ever count. The last column "
            "applies the second convergence rule instead (test accuracy within "
            f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
-           "docs/study.md): a sensitivity result beside the verdict, never replacing it. "
+           "study.md): a sensitivity result beside the verdict, never replacing it. "
            "A row that waits for runs names them as the study plan does "
            "(and says so when they cannot change its verdict: a refutation, a label "
            "that a run which did not converge has fixed, or a row that no longer judges) "
-           "(`python -m experiments.study --list`; P = its priority).", "",
+           "(`python -m studies.arxiv_2505_13027.plan --list`; P = its priority).", "",
            "| claim | mode | preset | chance / ceiling % | paper | ours: paired difference | "
            "verdict | by the test-accuracy rule |", "|---|---|---|---|---|---|---|---|"]
   for c in cl:
@@ -275,7 +276,7 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
       evid = wait if evid == "—" else f"{evid}<br>{wait}"
     at = c["preset"] + (f", {c['variant']}" if c.get("variant") else "")
     verdict = f"**{c['verdict']}**"
-    if c.get("judged") is False:  # its long row judges (docs/study.md, the long budget)
+    if c.get("judged") is False:  # its long row judges (study.md, the long budget)
       verdict = f"{c['verdict']} (not judging: the {LONG_PRESET} row judges this claim)"
     lines.append(f"| ({c['id']}) {c['claim']} | {c['mode']} | {at} | "
                  f"{_chance_ceiling(task, c['preset'], ceil or {}, c.get('variant_fields'))} | "
@@ -534,7 +535,7 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   (it has its own runs, the same for every configuration). ``superseded``:
   the configuration's runs at other budgets, which (f) reads for its last
   rung only."""
-  from pe_spectral import thesis
+  from studies.arxiv_2505_13027 import thesis
   rows = []
   e = thesis.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
   ev = "<br>".join(f"{r['pe']} L{r['layer']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
@@ -594,12 +595,12 @@ def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
 
 def pilots_section(pilots, figdir, outdir) -> list[str]:
   """The faithful Task 2 pilots' learning curves: what the faithful Task 2
-  rows' *not testable at this scale* rests on (docs/study.md, sixth amendment)."""
+  rows' *not testable at this scale* rests on (study.md, sixth amendment)."""
   ps = faithful_task2_pilots(pilots)
   if not ps:
     return []
   from pe_spectral import plotting
-  from pe_spectral.claims import pilot_txt
+  from studies.arxiv_2505_13027.claims import pilot_txt
   budget = lambda p: variant_label(config_variant(p), sections=("train",))
   curves = [{"label": f"{_label(p)}{', ' + budget(p) if budget(p) else ''} "
                       f"({_plateau_txt(p)} plateaued)",
@@ -612,7 +613,7 @@ def pilots_section(pilots, figdir, outdir) -> list[str]:
     figs.append(f"![{word} accuracy of the faithful count pilots]"
                 f"({os.path.relpath(os.path.abspath(fig), outdir)})")
   return (["## Task 2 — faithful pilots (2 seeds each, not evidence)", "",
-           "The sizing runs behind the faithful Task 2 rows' verdict (docs/study.md, sixth "
+           "The sizing runs behind the faithful Task 2 rows' verdict (study.md, sixth "
            "amendment), committed under `results/pilots/`; the plateau rule reads the train "
            "accuracy (second figure):", ""]
           + [f"- {pilot_txt(p)}" for p in ps] + [""] + figs + [""])
@@ -620,14 +621,14 @@ def pilots_section(pilots, figdir, outdir) -> list[str]:
 
 def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
            thesis_superseded=(), thesis_count=None, thesis_count_superseded=(),
-           pilots=()) -> str:
+           pilots=(), runs_dir: str = "") -> str:
   from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
-  src = FLAGS.runs if FLAGS.is_parsed() else "results/runs"
+  src = rel(runs_dir) if runs_dir else "results/runs"  # as seen from the report
   parts = ["# Results", "",
-           f"Generated by `python -m experiments.report` on {time.strftime('%Y-%m-%d')} from "
+           f"Generated by `python -m studies.arxiv_2505_13027.report` on {time.strftime('%Y-%m-%d')} from "
            f"{len(runs)} run(s) under `{src}`. Every number below is read from the runs' "
            "committed `summary.json`, `metrics.jsonl` and `ablation*.json`. "
            + compute_line(runs), ""]
@@ -645,8 +646,8 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
             .replace("train_accuracy", "a seed has plateaued when its train accuracy stays")
             + " (`pe_spectral.stats.plateau`). Presets and budgets: "
-            "[docs/presets.md](docs/presets.md); the pre-registered tests: "
-            "[docs/study.md](docs/study.md).", ""]
+            "[docs/presets.md](../../docs/presets.md); the pre-registered tests: "
+            "[study.md](study.md).", ""]
   for task, title in (("distance", "Task 1 — trigger distance"),
                       ("count", "Task 2 — trigger count")):
     if not any(r["task"] == task for r in runs):
@@ -699,11 +700,11 @@ def main(argv):
   text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
                 load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis),
                 *load_thesis_budgets(FLAGS.thesis_count),
-                pilots=load_runs(FLAGS.pilots, depth=1))
+                pilots=load_runs(FLAGS.pilots, depth=1), runs_dir=FLAGS.runs)
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()
-    marker = "<!-- hand-written notes below are kept by experiments.report -->"
+    marker = "<!-- hand-written notes below are kept by studies.arxiv_2505_13027.report -->"
     if marker in old:
       text += "\n" + old[old.index(marker):]
   with open(FLAGS.out, "w") as f:
