@@ -26,7 +26,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from experiments import cli  # noqa: E402
 
 
 def _define_flags() -> None:

@@ -22,7 +22,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli, encodings  # noqa: E402
+from experiments import cli, encodings  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -154,7 +154,7 @@ def analyse(wd: str) -> int:
   try:
     loaded = runner.load_run(wd, seed_group=None if seed_group == "auto" else seed_group)
   except runner.CheckpointError as e:
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {cli.error_line(e)}", file=sys.stderr)
     return 2
   config, rc, steps, states, data, step, mesh = loaded
   ids, labels = data.test_ids, data.test_labels

@@ -23,7 +23,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from experiments import cli  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -52,7 +52,7 @@ def analyse(wd: str) -> int:
   try:
     config, rc, steps, states, data, step, _ = runner.load_run(wd)
   except runner.CheckpointError as e:
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {cli.error_line(e)}", file=sys.stderr)
     return 2
   ids = data.test_ids[:FLAGS.examples]
   if ids.shape[0] < FLAGS.examples:

@@ -34,7 +34,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli, encodings  # noqa: E402
+from experiments import cli, encodings  # noqa: E402
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -153,7 +153,7 @@ def main(argv):
       res = evaluate_lengths(wd, factors, examples=FLAGS.examples, shift=FLAGS.shift,
                              rope_scaling=FLAGS.rope_scaling, log=log)
     except (ValueError, runner.CheckpointError) as e:
-      print(f"error: {wd}: {e}", file=sys.stderr)
+      print(f"error: {wd}: {cli.error_line(e)}", file=sys.stderr)
       return 2
     runner.write_json(os.path.join(wd, name + ".json"), res)
     plotting.length_curves([res], os.path.join(wd, name + ".png"))

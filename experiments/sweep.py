@@ -26,7 +26,8 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from experiments import cli  # noqa: E402
+from pe_spectral.timefmt import minutes_seconds  # noqa: E402
 
 from pe_spectral import config as configs  # noqa: E402
 from pe_spectral import encodings  # noqa: E402
@@ -97,7 +98,7 @@ flags.DEFINE_integer("num_processes", None, "Total processes (with --distributed
 flags.DEFINE_integer("process_id", None, "This process's id (with --distributed).")
 
 
-# --config.<section>.<field>: any other config field (pe_spectral.cli)
+# --config.<section>.<field>: any other config field (experiments.cli)
 cli.define_config_flags()
 
 
@@ -172,7 +173,7 @@ def plan_runs():
     raise UsageError(str(e)) from None
   heads = [None]
   takes = lambda pe, flag: encodings.short_option(pe, flag) is not None  # the PE's options
-  for option in encodings.SHORT_FLAGS:
+  for option in encodings.SHORTCUT_OPTIONS:
     if getattr(FLAGS, option) is not None and not any(takes(p, option) for p in pes):
       owners = [p for p in encodings.names() if takes(p, option)]
       raise UsageError(f"--{option} only applies to --pe={' or '.join(owners)}")
@@ -247,7 +248,7 @@ def _progress(tag: str, ctrl_c=None):
     print(f"[{tag}] step {p['step']}/{p['total']}  loss {p['loss_mean']:.4f} ± "
           f"{p['loss_std']:.4f}  test acc {100 * p['test_accuracy_mean']:.2f}%  "
           f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
-          f"{p['steps_per_s']:.2f} steps/s  ETA {cli.minutes_seconds(eta)}{comp}",
+          f"{p['steps_per_s']:.2f} steps/s  ETA {minutes_seconds(eta)}{comp}",
           file=sys.stderr, flush=True)
     if ctrl_c is not None:
       ctrl_c.chunk_measured(p["chunk_s"])
@@ -355,7 +356,7 @@ def main(argv):
                        should_stop=lambda: ctrl_c.requested)
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,
             runner.CheckpointError, runner.WorkdirBusyError) as e:
-      print(f"error: {e}", file=sys.stderr)
+      print(f"error: {cli.error_line(e)}", file=sys.stderr)
       return 1
     except runner.Interrupted as e:
       print(f"interrupted at step {e.step}, checkpoint saved: rerun the same command "

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral import devices, speed
+from pe_spectral.timefmt import minutes_seconds as fmt
 from pe_spectral import model as model_lib
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "scores_of_drops", "frequency_masks",
@@ -172,7 +173,6 @@ _STARTED: list = [None]
 
 def _group_done(done: int, total: int) -> None:
   """Progress line after seed group ``done`` of ``total``: elapsed and ETA."""
-  from pe_spectral.cli import minutes_seconds as fmt
   t0 = _STARTED[0]
   if t0 is None:
     return

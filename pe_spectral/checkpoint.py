@@ -25,11 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from pe_spectral.errors import RunError
+
 __all__ = ["Checkpointer", "CheckpointError", "tree_checksum"]
 
 
-class CheckpointError(RuntimeError):
-  """No kept checkpoint of a workdir can be used (the message says what to do)."""
+class CheckpointError(RunError):
+  """No kept checkpoint of a workdir can be used (``remedy`` says what to do)."""
 
 
 def _leaf_checksum(x: jax.Array) -> jax.Array:

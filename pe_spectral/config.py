@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import typing
 from typing import Optional
 
@@ -133,24 +134,37 @@ def task_config(preset: str, task: str, data_seed: int = 0) -> TaskConfig:
   return TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
 
 
-# --config.<section>.<field>: every config field from the command line. The
-# fields a short flag sets, and those that follow from others, are refused
-# there with the flag (or the reason) to use instead.
+# ``overrides`` of :func:`build` set any config field, except those that one
+# of build's own arguments sets (the programs give each a flag of the same
+# name) and those that follow from other fields.
 SECTIONS = {"model": ModelConfig, "task": TaskConfig, "train": TrainConfig}
-_NOT_OVERRIDABLE = {
-    ("model", "pe"): "use --pe", ("model", "faithful"): "use --faithful",
-    ("model", "pe_options.heads"): "use --rope_heads",
-    ("model", "pe_options.slopes"): "use --alibi_slopes",
-    ("model", "pe_options"): "set its fields: --config.model.pe_options.<field>",
-    ("model", "random_positions"): "use --random_positions",
-    ("model", "attention_block"): "use --attention_block", ("model", "remat"): "use --remat",
-    ("model", "dtype"): "use --dtype",
+BUILD_ARGUMENTS = {
+    ("model", "pe"): "pe", ("model", "faithful"): "faithful",
+    ("model", "pe_options.heads"): "rope_heads", ("model", "pe_options.slopes"): "alibi_slopes",
+    ("model", "random_positions"): "random_positions",
+    ("model", "attention_block"): "attention_block", ("model", "remat"): "remat",
+    ("model", "dtype"): "dtype", ("task", "name"): "task", ("task", "data_seed"): "data_seed",
+    ("train", "epochs"): "epochs", ("train", "steps"): "steps",
+    ("train", "batch_size"): "batch_size", ("train", "learning_rate"): "learning_rate",
+}
+_DERIVED = {
+    ("model", "pe_options"): "set its fields: pe_options.<field>",
     ("model", "vocab_size"): "it follows task.vocab_size",
     ("model", "num_classes"): "it follows the task's labels",
-    ("task", "name"): "use --task", ("task", "data_seed"): "use --data_seed",
-    ("train", "epochs"): "use --epochs", ("train", "steps"): "use --steps",
-    ("train", "batch_size"): "use --batch_size", ("train", "learning_rate"): "use --learning_rate",
 }
+_NOT_OVERRIDABLE = {**{k: f"use build()'s {a} argument" for k, a in BUILD_ARGUMENTS.items()},
+                    **_DERIVED}
+
+
+class OverrideError(ValueError):
+  """A config field an override cannot set, or a value it cannot take:
+  ``section``, ``name``, and ``argument`` (the :func:`build` argument that
+  sets the field instead, or None)."""
+
+  def __init__(self, message: str, section: str, name: str):
+    super().__init__(message)
+    self.section, self.name = section, name
+    self.argument = BUILD_ARGUMENTS.get((section, name))
 
 
 @functools.lru_cache(maxsize=None)
@@ -193,23 +207,26 @@ def config_fields() -> dict:
 
 
 def not_overridable_reason(section: str, name: str) -> str:
-  """Why ``--config.<section>.<name>`` cannot be set (e.g. "use --epochs")."""
+  """Why an override cannot set ``<section>.<name>`` (e.g. "use build()'s
+  epochs argument")."""
   return _NOT_OVERRIDABLE.get((section, name), "no such field")
 
 
 def overridable_fields() -> dict:
-  """``{(section, field): type text}`` of every field ``--config.*`` sets."""
+  """``{(section, field): type text}`` of every field an override sets."""
   return {k: t for k, t in config_fields().items() if k not in _NOT_OVERRIDABLE}
 
 
 def parse_override(section: str, name: str, text: str):
-  """The typed value of ``--config.<section>.<name>=<text>``; ValueError (one
-  line naming the flag) for a field that cannot be set or a bad value."""
-  flag = f"--config.{section}.{name}"
+  """The typed value of the override ``<section>.<name>=<text>``;
+  :class:`OverrideError` (one line naming the field) for a field that cannot
+  be set or a bad value."""
+  flag = f"{section}.{name}"
   if (section, name) in _NOT_OVERRIDABLE:
-    raise ValueError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}")
+    raise OverrideError(f"{flag} cannot be set: {_NOT_OVERRIDABLE[(section, name)]}",
+                        section, name)
   if (section, name) not in overridable_fields():
-    raise ValueError(f"{flag}: no such field")
+    raise OverrideError(f"{flag}: no such field", section, name)
   base_type, optional = field_types()[(section, name)]
   base = getattr(base_type, "__name__", str(base_type))
   t = text.strip()
@@ -229,9 +246,10 @@ def parse_override(section: str, name: str, text: str):
   except ValueError:
     pass
   else:
-    raise ValueError(f"{flag}: unsupported field type {config_fields()[(section, name)]}")
-  raise ValueError(f"{flag} takes {'an ' if base == 'int' else 'a '}{base}"
-                   f"{' or none' if optional else ''}, got {text!r}")
+    raise OverrideError(f"{flag}: unsupported field type {config_fields()[(section, name)]}",
+                        section, name)
+  raise OverrideError(f"{flag} takes {'an ' if base == 'int' else 'a '}{base}"
+                      f"{' or none' if optional else ''}, got {text!r}", section, name)
 
 
 def build(preset: str, task: str, pe: str, *, faithful: bool = False,
@@ -299,9 +317,6 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   return RunConfig(preset, model_cfg, task_cfg, train_cfg)
 
 
-def workdir_error(workdir) -> "str | None":
-  """The CLI error message for a path that is not a sweep workdir, else None."""
-  import os
-  if not workdir or not os.path.exists(os.path.join(workdir, "config.json")):
-    return f"--workdir must be a sweep workdir with config.json, got {workdir!r}"
-  return None
+def is_workdir(workdir) -> bool:
+  """Whether ``workdir`` is a sweep workdir (it holds ``config.json``)."""
+  return bool(workdir) and os.path.exists(os.path.join(workdir, "config.json"))

@@ -16,7 +16,7 @@ and ``vmap`` (over seeds: one compiled call for every seed).
 The model's fast attention kernel is a ``jax.custom_vjp``: plain ``jax.jvp``
 of the loss fails on it, while forward-over-reverse (``jvp`` of ``grad``)
 passes and gives the reference path's products to float rounding (tested).
-``--record_curvature`` traces on the reference path
+``runner.run(record_curvature=N)`` traces on the reference path
 (``with pe_spectral.speed.reference():``), the plain-autodiff definition.
 """
 from __future__ import annotations
@@ -203,7 +203,7 @@ def curvature_summary(loss_fn: Callable, params, opt_state, *, b1: float, b2: fl
                       eps: float, key: jax.Array, k: int = 1, num_iters: int = 20,
                       trace_samples: int = 8,
                       precondition: Optional[bool] = True) -> dict:
-  """Everything ``--record_curvature`` logs for one seed, in one function:
+  """Everything ``runner.run(record_curvature=N)`` logs for one seed, in one function:
   ``top_eigs [k]``, ``trace`` (Hutchinson) and its ``trace_se`` (only when
   ``trace_samples > 0``),
   ``precond_sharpness`` (Adam, None if ``precondition`` is False) and

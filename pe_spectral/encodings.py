@@ -29,7 +29,7 @@ Adding a PE is one subclass plus :func:`register`:
 ...   name = "constant"
 ...   def bias(self, cfg, params, seq_len):
 ...     return jnp.zeros((cfg.num_heads, seq_len, seq_len))
->>> register(Constant())  # now --pe=constant trains
+>>> register(Constant())  # now config.build(..., pe="constant") trains
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from pe_spectral import positional as P
 
 __all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
            "REGISTRY", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions",
-           "AlibiOptions", "FireOptions", "CoPEOptions", "MLAOptions", "SHORT_FLAGS",
+           "AlibiOptions", "FireOptions", "CoPEOptions", "MLAOptions", "SHORTCUT_OPTIONS",
            "short_option", "rope_heads_option"]
 
 REGISTRY: dict[str, "PositionalEncoding"] = {}
@@ -93,7 +93,7 @@ class PartialRopeOptions:
   heads: int = 1
 
   def __post_init__(self):
-    _int_field(self, "heads", 0, " (--rope_heads)")
+    _int_field(self, "heads", 0, " (rope_heads)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,15 +172,15 @@ class MLAOptions:
     _bool_field(self, "paper_rotary")
 
 
-# The sweep's short flags for an option: flag -> (options type, field).
-SHORT_FLAGS = {"rope_heads": (PartialRopeOptions, "heads"),
-               "alibi_slopes": (AlibiOptions, "slopes")}
+# config.build()'s shortcut arguments for a PE option: argument -> (options type, field).
+SHORTCUT_OPTIONS = {"rope_heads": (PartialRopeOptions, "heads"),
+                    "alibi_slopes": (AlibiOptions, "slopes")}
 
 
-def short_option(pe: str, flag: str) -> Optional[str]:
-  """The field of ``pe``'s options that the short flag ``--<flag>`` sets, or
-  None when ``pe`` has no such option (the sweep then leaves it alone)."""
-  kind, name = SHORT_FLAGS[flag]
+def short_option(pe: str, argument: str) -> Optional[str]:
+  """The field of ``pe``'s options that the shortcut ``argument`` sets, or
+  None when ``pe`` has no such option (it is then left alone)."""
+  kind, name = SHORTCUT_OPTIONS[argument]
   return name if get(pe).options_type is kind else None
 
 
@@ -195,13 +195,14 @@ class PositionalEncoding:
   """A PE that does nothing (NoPE); subclasses override the hooks they need.
 
   Class attributes:
-    name: the ``--pe`` name.
+    name: the registry name (``config.build``'s ``pe``).
     description: one line for ``--help``, the README and reports.
     latent_attention: the model uses DeepSeek-style latent attention (MLA).
     options_type: the frozen dataclass of this PE's own options (e.g.
       :class:`XPosOptions`), or None; ``ModelConfig.pe_options`` holds one
-      (options for another PE are an error), and the sweep routes its short
-      flags (``--rope_heads``, ``--alibi_slopes``) by it (:data:`SHORT_FLAGS`).
+      (options for another PE are an error), and build()'s shortcut
+      arguments (``rope_heads``, ``alibi_slopes``) are routed by it
+      (:data:`SHORTCUT_OPTIONS`).
     reads: the shared PE-scoped ``ModelConfig`` fields (``model.PE_SCOPED``)
       this PE reads, e.g. ``rope_base``; with ``pe_options`` they make
       :attr:`config_fields`, and a run's ``config.json`` records no other
@@ -829,7 +830,7 @@ class AlibiMultiplicative(Alibi):
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
-    Rotary("partial_rope", "rotary on the first k heads only (--rope_heads, default 1)",
+    Rotary("partial_rope", "rotary on the first k heads only (rope_heads, default 1)",
            partial=True),
     Rotary("rope_sinusoidal", "input sinusoid + rotary (what the paper's code calls rope)",
            input_sinusoid=True),

@@ -1,7 +1,7 @@
 """Positional encodings as pure ``jnp`` functions.
 
 Every function here is framework-free, works under ``jax.jit`` and ``jax.vmap``
-and is the single definition of its formula. How each ``--pe`` name uses them
+and is the single definition of its formula. How each registered PE uses them
 (its input table, logit bias, q/k transform and parameters) is said once, in
 the PE registry (``pe_spectral.encodings``); the model, the decomposition, the
 ablation and the spectral CLI call only the registry's hooks.
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "sinusoidal_table", "rope_angles", "apply_rope", "alibi_slopes",
+    "sinusoidal_table", "rope_angles", "apply_rope", "rotate", "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
     "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
@@ -249,12 +249,45 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   cos, sin = _rope_tables(positions, head_dim, base, scaling, fraction)
   if scaling is not None and scaling.attention_factor != 1.0:
     cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
-  cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+  return _turn_pairs(x, cos.astype(x.dtype), sin.astype(x.dtype))
+
+
+def _turn_pairs(x, cos, sin):
+  """The one RoPE rotation of this codebase: each interleaved pair
+  ``(x_2j, x_2j+1)`` turned by the angle whose cosine and sine ``cos``/``sin``
+  hold, repeated per pair (``[..., head_dim]``, broadcasting against ``x``).
+  :func:`apply_rope`, :func:`rotate` (and so ``spectral.rope_rotate``) and
+  the paper's MLA transform all come here."""
   # (x_even, x_odd) -> (-x_odd, x_even), interleaved back into place.
-  x_pairs = x.reshape(x.shape[:-1] + (head_dim // 2, 2))
+  x_pairs = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
   rotated_half = jnp.stack([-x_pairs[..., 1], x_pairs[..., 0]], axis=-1)
   rotated_half = rotated_half.reshape(x.shape)
   return x * cos + rotated_half * sin
+
+
+def rotate(x: jax.Array, angles: jax.Array, *, pairing: str = "interleaved") -> jax.Array:
+  """Turns pair ``j`` of ``x`` (``[..., head_dim]``) by ``angles[..., j]``
+  (broadcasting against ``x.shape[:-1] + (head_dim // 2,)``): pairs
+  ``(2j, 2j+1)`` (``"interleaved"``, the model's layout) or ``(j, j + d/2)``
+  (``"half"``, the rotate-half layout of GPT-NeoX and HF). :func:`apply_rope`
+  is this with RoPE's angles; ``spectral.rope_rotate`` is this with any
+  ``theta``."""
+  x = jnp.asarray(x)
+  d = x.shape[-1]
+  if d % 2:
+    raise ValueError(f"RoPE needs an even dimension, got {d}")
+  if pairing not in ("interleaved", "half"):
+    raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
+  half_to_pairs = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
+  if pairing == "half":  # a permutation into the interleaved layout, exact
+    x = x[..., half_to_pairs]
+  angles = jnp.asarray(angles)
+  cos = jnp.repeat(jnp.cos(angles), 2, axis=-1).astype(x.dtype)
+  sin = jnp.repeat(jnp.sin(angles), 2, axis=-1).astype(x.dtype)
+  out = _turn_pairs(x, cos, sin)
+  if pairing == "half":
+    out = out[..., np.argsort(half_to_pairs)]
+  return out
 
 
 # ----------------------------------------------------------------------------
@@ -463,10 +496,9 @@ def paper_mla_rotary(x: jax.Array, positions: jax.Array, *,
   d = x.shape[-1]
   angles = rope_angles(positions, d, base)  # [..., d/2]
   cache = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d]
-  sin, cos = cache[..., 0::2], cache[..., 1::2]
-  xe, xo = x[..., 0::2], x[..., 1::2]
-  out = jnp.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1)
-  return out.reshape(x.shape).astype(x.dtype)
+  sin, cos = cache[..., 0::2], cache[..., 1::2]  # one pair's sine and cosine differ in angle
+  out = _turn_pairs(x, jnp.repeat(cos, 2, axis=-1), jnp.repeat(sin, 2, axis=-1))
+  return out.astype(x.dtype)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,7 @@ import numpy as np
 from pe_spectral import devices, encodings, plotting, stats, tasks
 from pe_spectral import train as train_lib
 from pe_spectral.checkpoint import CheckpointError, Checkpointer
+from pe_spectral.errors import Remedy, RunError
 from pe_spectral.model import check_token_ids
 from pe_spectral.train import Steps, auto_seed_group, make_steps, seed_mesh
 from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_workdir,
@@ -51,7 +52,7 @@ __all__ = ["run", "load_run", "LoadedRun", "NonFiniteLossError", "ConfigMismatch
            "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(RunError):
   """Raised when a chunk produced a NaN/Inf loss; the last good checkpoint stays."""
 
 
@@ -197,7 +198,7 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
         summary = json.load(f)
       notify(f"{workdir} already finished (same settings): its results are in "
              f"{paths['summary']} and {paths['metrics']}; nothing was changed "
-             "(--noresume trains it again)")
+             "(resume=False trains it again)")
       return summary
     notify(f"{workdir}: generating data and compiling; the first progress line comes "
            "after the first evaluation")
@@ -280,7 +281,7 @@ def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, reco
       states, meta, step, skipped = ckpt.restore_verified(
           session.steps.abstract_state(len(session.seeds), session.mesh))
     except CheckpointError as e:
-      raise CheckpointError(f"{e}; pass --noresume to start {workdir} over") from None
+      raise CheckpointError(e.reason, Remedy.START_OVER) from None
     if skipped and session.writer:
       for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
         ckpt.delete(bad)
@@ -340,7 +341,7 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
               "No checkpoint was saved (the run diverged before its first evaluation)")
       raise NonFiniteLossError(
           f"non-finite loss or parameters between steps {step} and {step + k} for "
-          f"seeds {bad}; stopping. {kept}; a lower --learning_rate may help")
+          f"seeds {bad}; stopping. {kept}", Remedy.LOWER_LEARNING_RATE)
     step += k
     t1 = time.time()
     test_eval = evaluate(states["params"], arr["test_ids"], arr["test_labels"])
@@ -445,7 +446,7 @@ def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> 
   if not records or records[-1]["step"] != total:
     raise CheckpointError(
         f"{paths['metrics']} lacks the evaluations up to step {total} that the "
-        f"checkpoint has passed; pass --noresume to train {workdir} again")
+        f"checkpoint has passed", Remedy.START_OVER)
   last = records[-1]
   test = np.asarray(last["test_accuracy"])
   device = jax.devices()[0]

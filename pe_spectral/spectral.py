@@ -443,12 +443,6 @@ def _pairs(x, pairing: str):
   raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
 
 
-def _unpair(a, b, pairing: str):
-  if pairing == "interleaved":
-    return jnp.stack([a, b], -1).reshape(a.shape[:-1] + (2 * a.shape[-1],))
-  return jnp.concatenate([a, b], -1)
-
-
 def _complex_blocks(x, pairing):
   a, b = _pairs(x, pairing)
   return a + 1j * b  # [..., n, d/2]
@@ -457,16 +451,15 @@ def _complex_blocks(x, pairing):
 def rope_rotate(x, theta, positions=None, pairing: str = "interleaved"):
   """Rotates block j of row m by ``positions[m] * theta[j]``; ``x`` is ``[..., n, d]``.
 
-  With the standard ``theta`` and interleaved pairing this equals
+  The model's rotation (:func:`positional.rotate`) with any ``theta``: with
+  the standard ``theta`` and interleaved pairing this is
   ``positional.apply_rope``.
   """
   x = jnp.asarray(x)
   n = x.shape[-2]
   pos = jnp.arange(n) if positions is None else jnp.asarray(positions)
   angles = pos[:, None].astype(jnp.real(x).dtype) * jnp.asarray(theta)
-  a, b = _pairs(x, pairing)
-  cos, sin = jnp.cos(angles), jnp.sin(angles)
-  return _unpair(a * cos - b * sin, a * sin + b * cos, pairing).astype(x.dtype)
+  return positional.rotate(x, angles, pairing=pairing)
 
 
 def rope_logits(q, k, theta, pairing: str = "interleaved"):

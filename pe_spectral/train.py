@@ -521,15 +521,16 @@ def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
   from: ``memory_gib`` if given, else ``margin`` x ``fraction`` of the device's
   free memory (:func:`device_memory_available`; ``fraction`` is this process's
   share when several share one device). ``(None, reason)`` when unknown."""
-  from pe_spectral.cli import memory_flags_error
-  if err := memory_flags_error(memory_gib, fraction):
-    raise ValueError(err)
+  if memory_gib is not None and not memory_gib > 0:
+    raise ValueError(f"memory_gib must be > 0, got {memory_gib}")
+  if not 0 < fraction <= 1:
+    raise ValueError(f"memory_fraction must be in (0, 1], got {fraction}")
   if memory_gib is not None:
-    return int(memory_gib * 1024 ** 3), "--memory_gib"
+    return int(memory_gib * 1024 ** 3), "memory_gib"
   free = device_memory_available(device)
   if free is None:
-    return None, "the device's free memory is unknown (--memory_gib says it)"
-  share = f" x --memory_fraction={fraction:g}" if fraction < 1 else ""
+    return None, "the device's free memory is unknown (memory_gib says it)"
+  share = f" x memory_fraction={fraction:g}" if fraction < 1 else ""
   return int(margin * fraction * free), f"{margin:.0%} of {free / 1024 ** 3:.2f} GiB free{share}"
 
 
@@ -560,7 +561,7 @@ def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds
   if measured[g] > usable:
     notify(f"seed group auto: even one seed at a time needs {gib(measured[g])}, more than "
            f"the {where}; trying anyway "
-           f"(the memory options --remat and --attention_block shrink it)")
+           f"(the memory options remat and attention_block shrink it)")
   else:
     notify(f"seed group auto: {num_seeds} seeds, {g} at a time ({tried}; {where})")
   return None if g == num_seeds else g

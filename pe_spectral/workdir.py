@@ -16,16 +16,18 @@ from typing import Optional
 
 import jax
 
+from pe_spectral.errors import Remedy, RunError
+
 __all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
            "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",
            "remove_unfinished_saves", "check_workdir", "load_runs"]
 
 
-class ConfigMismatchError(RuntimeError):
+class ConfigMismatchError(RunError):
   """The workdir holds a run with different settings."""
 
 
-class WorkdirBusyError(RuntimeError):
+class WorkdirBusyError(RunError):
   """Another process is training in the same workdir."""
 
 
@@ -42,8 +44,8 @@ def workdir_lock(workdir: str):
     except OSError:
       holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
       raise WorkdirBusyError(
-          f"{workdir} is in use by another run ({holder}); wait for it to finish, "
-          "or choose another --workdir") from None
+          f"{workdir} is in use by another run ({holder}); wait for it to finish",
+          Remedy.OTHER_WORKDIR) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
     yield
@@ -150,8 +152,7 @@ def check_workdir(workdir, paths, config, resume) -> None:
       and os.listdir(paths["ckpt"])):
     raise ConfigMismatchError(
         f"{workdir} holds checkpoints but no config.json, so the settings they were "
-        "trained with cannot be verified; pass --noresume to discard them or choose "
-        "another --workdir")
+        "trained with cannot be verified", Remedy.START_OVER_OR_OTHER_WORKDIR)
   old, diff = None, []
   if os.path.exists(paths["config"]):
     with open(paths["config"]) as f:
@@ -160,8 +161,7 @@ def check_workdir(workdir, paths, config, resume) -> None:
     if resume and diff:
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
-          + "; ".join(diff[:6])
-          + "); pass --noresume to overwrite it or choose another --workdir")
+          + "; ".join(diff[:6]) + ")", Remedy.START_OVER_OR_OTHER_WORKDIR)
   if not resume and writer:  # discard an earlier run, with or without its config
     for key in ("metrics", "summary", "plot", "spectra", "curvature", "steps"):
       if os.path.exists(paths[key]):

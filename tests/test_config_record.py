@@ -156,7 +156,7 @@ def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
   for section, name, text, msg in [("model", "d_model", "9.5", "takes an int"),
                                    ("model", "causal", "maybe", "takes a bool"),
                                    ("model", "d_model", "none", "takes an int"),
-                                   ("train", "epochs", "3", "use --epochs"),
+                                   ("train", "epochs", "3", "use build\\(\\)'s epochs argument"),
                                    ("model", "num_classes", "3", "follows the task"),
                                    ("model", "nosuch", "1", "no such field")]:
     with pytest.raises(ValueError, match=msg):
@@ -168,8 +168,9 @@ def test_every_overridable_field_parses_by_its_type_and_reaches_the_config():
   # the model follows the overridden task: its vocabulary and its label count
   assert rc.model.vocab_size == 80 and rc.model.num_classes == rc.task.num_labels == 9
   assert rc.train.b2 == 0.99
-  with pytest.raises(ValueError, match="use --pe"):
+  with pytest.raises(configs.OverrideError, match="model.pe cannot be set: use build") as e:
     configs.build("smoke", "distance", "rope", overrides={"model": {"pe": "nope"}})
+  assert e.value.argument == "pe"  # the programs map it to --pe (experiments.cli)
 
 
 _STUDY_RUNS = "studies/arxiv_2505_13027/results/runs/distance"
@@ -218,8 +219,8 @@ def test_pe_options_are_set_by_their_own_flags_and_refused_for_another_pe():
   assert rc.model.to_dict()["pe_options"] == {"gamma": 0.25, "scale_base": 512.0}
   assert configs.parse_override("model", "pe_options.positions", "none") is None
   assert configs.parse_override("model", "pe_options.hidden", "8") == 8
-  for name, msg in [("pe_options.heads", "use --rope_heads"),
-                    ("pe_options.slopes", "use --alibi_slopes"),
+  for name, msg in [("pe_options.heads", "build\\(\\)'s rope_heads argument"),
+                    ("pe_options.slopes", "build\\(\\)'s alibi_slopes argument"),
                     ("pe_options", "pe_options.<field>"),
                     ("pe_options.nosuch", "no such field")]:
     with pytest.raises(ValueError, match=msg):

@@ -77,7 +77,7 @@ def test_learning_rate_checks():
 def test_analysis_launchers_check_every_workdir_first(tmp_path):
   """``cli.checked_workdirs``: a comma list (ablate, decompose) or a list flag
   (lengths) is split, and the first path that is not a sweep workdir is named."""
-  from pe_spectral import cli
+  from experiments import cli
   good, other = tmp_path / "a", tmp_path / "b"
   for d in (good, other):
     d.mkdir()
@@ -89,3 +89,16 @@ def test_analysis_launchers_check_every_workdir_first(tmp_path):
   assert "missing" in err and "config.json" in err
   assert "config.json" in cli.checked_workdirs(None)[1]
   assert "config.json" in cli.checked_workdirs("")[1]
+
+
+def test_every_remedy_of_the_library_has_a_flag_hint():
+  """experiments.cli maps each Remedy of the library's run errors to flags: a
+  new Remedy without a hint would print a KeyError instead of a hint."""
+  from experiments import cli
+  from pe_spectral.errors import Remedy, RunError
+  assert set(cli.REMEDY_HINTS) == set(Remedy)
+  for remedy in Remedy:
+    line = cli.error_line(RunError("it broke", remedy))
+    assert line.startswith("it broke; ") and "--" in line and "resume=False" not in line
+  assert cli.error_line(RunError("plain")) == "plain"
+  assert cli.error_line(ValueError("v")) == "v"

@@ -2,6 +2,7 @@
 inside functions too): the library never reaches up into the programs, the
 benchmarks or a study, and the programs never reach into a study."""
 import ast
+import re
 import os
 
 import pytest
@@ -75,32 +76,58 @@ def test_every_layer_is_walked():
   assert "studies.arxiv_2505_13027.claims" in _modules("studies")
 
 
-def test_library_modules_have_no_import_cycle_at_module_level():
-  """Module-level imports of the library form no cycle (an import inside a
-  function may still close one: those are the issue's remaining work)."""
+def test_library_modules_have_no_import_cycle():
+  """The library's modules import one another without a cycle, counting the
+  imports inside functions too (so none of them can be hiding one)."""
   mods = _modules("pe_spectral")
-  graph = {}
-  for module, path in mods.items():
-    tree = ast.parse(open(path).read(), path)
-    deps = set()
-    for node in tree.body:  # module level only
-      names = []
-      if isinstance(node, ast.Import):
-        names = [a.name for a in node.names]
-      elif isinstance(node, ast.ImportFrom) and node.module:
-        names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-      deps.update(n for n in names if n in mods and n != module)
-    graph[module] = deps
+  graph = {m: {n for n in imports_of(p, m) if n in mods and n != m} for m, p in mods.items()}
   state = {}
 
   def visit(m, stack):
     state[m] = "open"
-    for d in graph[m]:
+    for d in sorted(graph[m]):
       if state.get(d) == "open":
-        raise AssertionError(" -> ".join(stack + [m, d]))
+        raise AssertionError("import cycle: " + " -> ".join(stack + [m, d]))
       if d not in state:
         visit(d, stack + [m])
     state[m] = "done"
-  for m in graph:
+  for m in sorted(graph):
     if m not in state:
       visit(m, [])
+
+
+def _program_flags():
+  """Every flag the programs define (``flags.DEFINE_*("name", ...)``), and the
+  ``--config.*`` family."""
+  names = {"config"}
+  for package in ("experiments", "benchmarks", "studies"):
+    for path in _modules(package).values():
+      for node in ast.walk(ast.parse(open(path).read(), path)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr.startswith("DEFINE_") and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+          names.add(node.args[0].value)
+  return names
+
+
+def test_the_library_names_no_flag():
+  """No string in the library -- messages, help texts, docstrings -- names a
+  program's flag (``--noresume``, ``--config.model.x``): the library speaks in
+  its own arguments, and the programs map them to flags (experiments.cli)."""
+  flags = _program_flags()
+  assert {"pe", "noresume", "workdir", "memory_gib"} - {"noresume"} <= flags
+  flags.add("noresume")  # absl's negation of --resume
+  pattern = re.compile(r"--(" + "|".join(sorted(map(re.escape, flags), key=len,
+                                                   reverse=True)) + r")\b")
+  bad = []
+  for module, path in sorted(_modules("pe_spectral").items()):
+    source = open(path).read()
+    for node in ast.walk(ast.parse(source, path)):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        for m in pattern.finditer(node.value):
+          bad.append(f"{module}:{node.lineno}: {m.group(0)}")
+    for lineno, line in enumerate(source.splitlines(), 1):  # comments too
+      if "#" in line:
+        for m in pattern.finditer(line[line.index("#"):]):
+          bad.append(f"{module}:{lineno} (comment): {m.group(0)}")
+  assert bad == []

@@ -320,15 +320,15 @@ def test_cpu_memory_available_is_what_the_kernel_says_is_free():
 
 
 def test_memory_budget_is_the_given_size_or_a_share_of_the_free_memory(monkeypatch):
-  """--memory_gib exactly; else 90 % of this process's share of the free
+  """memory_gib exactly; else 90 % of this process's share of the free
   memory (N processes on one device: 1/N each); unknown memory says so."""
   from pe_spectral import train
   monkeypatch.setattr(train, "device_memory_available", lambda device=None: 40 * 1024 ** 3)
-  assert train.memory_budget(memory_gib=1.5) == (int(1.5 * 1024 ** 3), "--memory_gib")
+  assert train.memory_budget(memory_gib=1.5) == (int(1.5 * 1024 ** 3), "memory_gib")
   usable, source = train.memory_budget()
   assert usable == int(0.9 * 40 * 1024 ** 3) and "90% of 40.00 GiB free" in source
   usable, source = train.memory_budget(fraction=0.25)
-  assert usable == int(0.9 * 10 * 1024 ** 3) and "--memory_fraction=0.25" in source
+  assert usable == int(0.9 * 10 * 1024 ** 3) and "memory_fraction=0.25" in source
   for bad in (dict(memory_gib=0), dict(memory_gib=-1), dict(fraction=0), dict(fraction=1.5)):
     with pytest.raises(ValueError):
       train.memory_budget(**bad)

@@ -179,7 +179,7 @@ def test_learned_table_too_short_raises():
     (dict(d_model=30, num_heads=4), "divisible"),
     (dict(pe="rope", d_model=12, num_heads=4), "even head_dim"),
     (dict(pe="partial_rope", pe_options={"heads": 5}, num_heads=2), "rope_heads"),
-    (dict(pe="partial_rope", pe_options={"heads": -1}), r"heads \(--rope_heads\) must be an int >= 0"),
+    (dict(pe="partial_rope", pe_options={"heads": -1}), r"heads \(rope_heads\) must be an int >= 0"),
     (dict(pe="partial_rope", pe_options={"heads": 1.5}), "must be an int >= 0, got 1.5"),
     (dict(pe="partial_rope", pe_options={"heads": True}), "must be an int >= 0, got True"),
     (dict(pe="mla", pe_options={"latent_dim": 0}), "latent_dim must be an int >= 1"),

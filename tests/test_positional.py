@@ -225,3 +225,33 @@ def test_p_rope_frequencies_and_rotation():
   np.testing.assert_array_equal(out[:, 12:], np.asarray(x)[:, 12:])  # unrotated pairs
   np.testing.assert_allclose(out[:, :12], np.asarray(P.apply_rope(x, pos))[:, :12],
                              atol=1e-6)
+
+
+def test_one_rotation_serves_the_model_the_spectral_module_and_both_layouts():
+  """positional.rotate is the one RoPE rotation: apply_rope and
+  spectral.rope_rotate equal it exactly, and each layout matches a float64
+  loop over 2x2 rotation matrices written from the definition."""
+  from pe_spectral import spectral as S
+  rng = np.random.default_rng(0)
+  n, d = 7, 8
+  x = rng.normal(size=(n, d)).astype(np.float32)
+  theta = 10000.0 ** (-np.arange(d // 2) * 2.0 / d)
+  pos = np.arange(n, dtype=np.float64)
+  angles = pos[:, None] * theta
+  for pairing, pairs in (("interleaved", [(2 * j, 2 * j + 1) for j in range(d // 2)]),
+                         ("half", [(j, j + d // 2) for j in range(d // 2)])):
+    want = np.array(x, np.float64)
+    for m in range(n):
+      for j, (a, b) in enumerate(pairs):
+        c, s = np.cos(angles[m, j]), np.sin(angles[m, j])
+        want[m, a], want[m, b] = c * x[m, a] - s * x[m, b], s * x[m, a] + c * x[m, b]
+    got = np.asarray(P.rotate(x, angles.astype(np.float32), pairing=pairing))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(
+        np.asarray(S.rope_rotate(x, theta.astype(np.float32), pairing=pairing)),
+        np.asarray(P.rotate(x, (np.arange(n, dtype=np.float32)[:, None]
+                                         * theta.astype(np.float32)), pairing=pairing)))
+  np.testing.assert_allclose(np.asarray(P.apply_rope(x, np.arange(n))),
+                             np.asarray(P.rotate(x, angles)), rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match="pairing"):
+    P.rotate(x, angles, pairing="block")

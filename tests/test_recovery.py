@@ -17,6 +17,7 @@ import pytest
 
 from pe_spectral import runner
 from pe_spectral.checkpoint import CheckpointError, Checkpointer, tree_checksum
+from pe_spectral.errors import Remedy
 
 STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,
          "count": jnp.arange(3, dtype=jnp.int32)}
@@ -199,7 +200,8 @@ def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
   with pytest.raises(CheckpointError) as e:
     _run(both, record_spectra=4)
   msg = str(e.value)
-  assert "no usable checkpoint" in msg and "--noresume" in msg and "\n" not in msg
+  assert "no usable checkpoint" in msg and "resume=False" in msg and "\n" not in msg
+  assert e.value.remedy is Remedy.START_OVER  # the sweep says: pass --noresume (test_sweep)
   caught = r"step 12: (checksum|unreadable|non-finite)"
   assert re.search(caught, msg) and "step 6: unreadable" in msg, msg
 
@@ -224,7 +226,7 @@ def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
   os.remove(os.path.join(wd, "summary.json"))
   with pytest.raises(CheckpointError) as e:
     _run(wd, record_spectra=4)
-  assert "--noresume" in str(e.value) and "\n" not in str(e.value)
+  assert e.value.remedy is Remedy.START_OVER and "\n" not in str(e.value)
 
 
 def test_second_run_on_a_locked_workdir_is_refused(tmp_path):

@@ -164,6 +164,9 @@ def test_checkpoints_without_config_are_refused(reference, tmp_path):
   os.remove(os.path.join(wd, "config.json"))
   out = _sweep(*COMMON, "--learning_rate=3e-3", f"--workdir={wd}", check=False)
   assert out.returncode == 1 and "no config.json" in out.stderr, out.stderr[-2000:]
+  # the library's remedy, in the program's flags
+  assert "pass --noresume to start it over or choose another --workdir" in out.stderr
+  assert "resume=False" not in out.stderr
   assert not os.path.exists(os.path.join(wd, "config.json"))  # nothing rewritten
 
 
@@ -172,6 +175,7 @@ def test_changed_config_in_same_workdir_is_refused(reference):
   out = _sweep("--preset=smoke", "--seeds=3", "--steps=24", f"--workdir={wd}",
                check=False)
   assert out.returncode != 0 and "different settings" in out.stderr
+  assert "pass --noresume" in out.stderr
   # refused before any data is generated, and only that is said
   assert "generating data" not in out.stderr and "already finished" not in out.stderr
 
@@ -268,7 +272,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--pe=partial_rope", "--config.model.pe_options.heads=2"], "use --rope_heads"),
     (["--workdir=/proc/forbidden/run"], "not writable"),
     ([f"--workdir={os.path.abspath(__file__)}/run"], "not writable"),
-    # absl's own usage errors exit 2 as well (pe_spectral.cli)
+    # absl's own usage errors exit 2 as well (experiments.cli)
     (["--task=bogus"], "value should be one of"),
     (["--nosuchflag"], "Unknown command line flag"),
     (["stray"], "unexpected arguments"),

@@ -35,7 +35,7 @@ from typing import Optional
 
 from absl import app, flags
 
-from pe_spectral import cli
+from experiments import cli
 from studies.arxiv_2505_13027 import RESULTS
 from studies.arxiv_2505_13027.claims import CLAIM_PES
 

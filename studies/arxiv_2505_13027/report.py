@@ -31,7 +31,7 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import cli  # noqa: E402
+from experiments import cli  # noqa: E402
 from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
 import numpy as np  # noqa: E402
 

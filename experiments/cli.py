@@ -1,4 +1,6 @@
-"""The launchers' entry point: ``absl.app.run`` with this project's exit codes.
+"""The programs' command-line layer: ``absl.app.run`` with this project's exit
+codes, the ``--config.*`` flags, and the flag names the library's errors map to
+(the library never names a flag: :mod:`pe_spectral.errors`).
 
 Every usage error exits 2 -- a flag absl cannot parse, an unknown flag, stray
 arguments (``app.UsageError``) -- like the launchers' own flag checks; a run
@@ -12,8 +14,12 @@ from typing import Callable
 
 from absl import app
 
+from pe_spectral import config
+from pe_spectral.errors import Remedy, RunError
+
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
-           "checked_workdirs", "define_memory_flags", "memory_flags_error"]
+           "checked_workdirs", "define_memory_flags", "memory_flags_error", "error_line",
+           "REMEDY_HINTS"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -21,18 +27,44 @@ HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 def checked_workdirs(value) -> tuple[list, "str | None"]:
   """The workdirs a ``--workdir`` flag names (a comma list, or a list flag's
-  list) and the first one's problem (:func:`config.workdir_error`: missing,
-  no config.json, ...), or None: analysis launchers refuse a bad one before
-  loading anything."""
-  from pe_spectral import config
+  list) and the first one's problem (missing, no config.json), or None:
+  analysis launchers refuse a bad one before loading anything."""
   if isinstance(value, (list, tuple)):
     wds = list(value)
   else:
     wds = [w.strip() for w in (value or "").split(",") if w.strip()] or [value]
   for wd in wds:
-    if (err := config.workdir_error(wd)) is not None:
-      return wds, err
+    if not config.is_workdir(wd):
+      return wds, f"--workdir must be a sweep workdir with config.json, got {wd!r}"
   return wds, None
+
+
+# What the caller of a failed run can do, in flags (pe_spectral.errors.Remedy).
+REMEDY_HINTS = {
+    Remedy.START_OVER: "pass --noresume to start it over",
+    Remedy.OTHER_WORKDIR: "or choose another --workdir",
+    Remedy.START_OVER_OR_OTHER_WORKDIR: "pass --noresume to start it over or choose another "
+                                        "--workdir",
+    Remedy.LOWER_LEARNING_RATE: "a lower --learning_rate may help",
+}
+
+
+def error_line(e: Exception) -> str:
+  """One line for a failed run: the library's reason and, for a
+  :class:`~pe_spectral.errors.RunError`, its remedy in flags."""
+  if isinstance(e, RunError) and e.remedy is not None:
+    return f"{e.reason}; {REMEDY_HINTS[e.remedy]}"
+  return str(e)
+
+
+def _override_hint(section: str, name: str) -> str:
+  """Why ``--config.<section>.<name>`` is not a flag to set, in flags."""
+  argument = config.BUILD_ARGUMENTS.get((section, name))
+  if argument is not None:  # each build() argument is a flag of the same name
+    return f"use --{argument}"
+  if (section, name) == ("model", "pe_options"):
+    return "set its fields: --config.model.pe_options.<field>"
+  return config.not_overridable_reason(section, name)
 
 
 def define_config_flags(flag_values=None) -> None:
@@ -42,7 +74,6 @@ def define_config_flags(flag_values=None) -> None:
   ``--config.train.b2=0.99``, ``--config.model.relative_buckets=none``. Unset
   flags leave the preset's value."""
   from absl import flags
-  from pe_spectral import config
   fv = flags.FLAGS if flag_values is None else flag_values
   settable = config.overridable_fields()
   for (section, name), kind in config.config_fields().items():
@@ -50,7 +81,7 @@ def define_config_flags(flag_values=None) -> None:
     # too, so that setting it says what to use instead
     help_ = (f"Sets {section}.{name} ({kind}); default: the preset's."
              if (section, name) in settable else
-             f"Not settable here: {config.not_overridable_reason(section, name)}.")
+             f"Not settable here: {_override_hint(section, name)}.")
     flags.DEFINE_string(f"config.{section}.{name}", None, help_, flag_values=fv)
 
 
@@ -58,7 +89,6 @@ def config_overrides(flag_values=None) -> dict:
   """``{section: {field: value}}`` of the ``--config.*`` flags given, typed
   (``config.parse_override``); ``app.UsageError`` names a bad one."""
   from absl import flags
-  from pe_spectral import config
   fv = flags.FLAGS if flag_values is None else flag_values
   out: dict = {}
   for (section, name) in config.config_fields():
@@ -67,8 +97,13 @@ def config_overrides(flag_values=None) -> dict:
       continue
     try:
       out.setdefault(section, {})[name] = config.parse_override(section, name, text)
-    except ValueError as e:
-      raise app.UsageError(str(e)) from None
+    except config.OverrideError as e:
+      flag = f"--config.{e.section}.{e.name}"
+      if (e.section, e.name) in config.BUILD_ARGUMENTS or (e.section, e.name) == (
+          "model", "pe_options"):
+        raise app.UsageError(f"{flag} cannot be set: {_override_hint(e.section, e.name)}") \
+            from None
+      raise app.UsageError(f"--config.{e}") from None
   return out
 
 
@@ -116,8 +151,3 @@ def run(main: Callable[[list], int]) -> None:
       raise
     asked_help = any(a.split("=", 1)[0] in HELP_FLAGS for a in sys.argv[1:])
     raise SystemExit(0 if asked_help else USAGE_EXIT) from None
-
-
-def minutes_seconds(seconds: float) -> str:
-  """``95.4`` -> ``"1m35s"``: elapsed times and ETAs in progress lines."""
-  return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
