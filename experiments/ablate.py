@@ -22,7 +22,8 @@ xla_config.tune_cpu()
 
 from absl import app, flags, logging  # noqa: E402
 
-from experiments import cli, encodings  # noqa: E402
+from experiments import cli  # noqa: E402
+from pe_spectral import encodings  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 

@@ -346,14 +346,17 @@ def main(argv):
           flush=True)
     try:
       with _StopOnCtrlC() as ctrl_c:
-        s = runner.run(rc, seeds, workdir, eval_every=FLAGS.eval_every,
-                       resume=FLAGS.resume, record_spectra=FLAGS.record_spectra,
-                       record_curvature=FLAGS.record_curvature,
-                       progress=None if quiet else _progress(tag, ctrl_c),
-                       notify=(lambda msg: None) if quiet else _notify(tag),
-                       seed_group=resolve_seed_group(FLAGS.seed_group),
-                       memory_gib=FLAGS.memory_gib, memory_fraction=FLAGS.memory_fraction,
-                       should_stop=lambda: ctrl_c.requested)
+        s = runner.run(
+            rc, seeds, workdir,
+            runner.RunOptions(eval_every=FLAGS.eval_every, resume=FLAGS.resume,
+                              record_spectra=FLAGS.record_spectra,
+                              record_curvature=FLAGS.record_curvature,
+                              seed_group=resolve_seed_group(FLAGS.seed_group),
+                              memory_gib=FLAGS.memory_gib,
+                              memory_fraction=FLAGS.memory_fraction),
+            runner.Hooks(progress=None if quiet else _progress(tag, ctrl_c),
+                         notify=(lambda msg: None) if quiet else _notify(tag),
+                         should_stop=lambda: ctrl_c.requested))
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,
             runner.CheckpointError, runner.WorkdirBusyError) as e:
       print(f"error: {cli.error_line(e)}", file=sys.stderr)

@@ -5,7 +5,10 @@ Workdir layout (everything a table or plot shows is read from these files):
 * ``config.json``   -- the configuration (model, task, train, seeds, eval_every;
   only the model and task fields that apply to the run's PE and task);
 * ``metrics.jsonl`` -- one JSON object per evaluation: step, examples seen
-  (per seed), per-seed values;
+  (per seed), per-seed values; ``steps.jsonl`` every step's loss, and
+  ``spectra.jsonl`` / ``curvature.jsonl`` when asked for: each file is a
+  :class:`Recorder`, and the loop calls the recorders in turn (a caller's own,
+  e.g. a TensorBoard writer, after them);
 * ``ckpt/``         -- orbax checkpoints (keep-last-N) of the seed-stacked state,
   each with a checksum; a resume restores the newest one that verifies
   (``Checkpointer.restore_verified``), falling back to the older one;
@@ -26,12 +29,13 @@ retrained. Only process 0 writes files.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import sys
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import jax
 import numpy as np
@@ -47,7 +51,9 @@ from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_wo
                                  remove_unfinished_saves, truncate_jsonl, workdir_lock,
                                  write_json)
 
-__all__ = ["run", "load_run", "LoadedRun", "NonFiniteLossError", "ConfigMismatchError",
+__all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluation",
+           "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
+           "ConfigMismatchError",
            "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
            "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
@@ -123,67 +129,89 @@ def _curvature_record(steps, states, ids, labels, step: int) -> dict:
   return rec
 
 
-def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
-        resume: bool = True, max_to_keep: int = 2, record_spectra: int = 0,
-        record_curvature: int = 0,
-        progress: Optional[Callable[[dict], None]] = None,
-        seed_group: Optional[int] = None,
-        memory_gib: Optional[float] = None, memory_fraction: float = 1.0,
-        should_stop: Optional[Callable[[], bool]] = None,
-        on_checkpoint: Optional[Callable[[int], None]] = None,
-        notify: Callable[[str], None] = _notify_stderr) -> dict:
-  """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.config.RunConfig`).
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How :func:`run` trains, beyond the config, the seeds and the workdir.
 
-  Args:
-    rc: model/task/train configuration.
-    seeds: init/batch-order seeds; all run in one compiled program.
-    workdir: output directory (created).
+  Attributes:
     eval_every: steps between evaluations/checkpoints (default: one epoch).
-    resume: continue from ``workdir``'s last checkpoint if present; False
-      discards an earlier run in ``workdir``.
+    resume: continue from the workdir's last checkpoint if present; False
+      discards an earlier run there.
+    max_to_keep: checkpoints kept.
     record_spectra: if > 0, at each evaluation record per-layer/head logit
       spectra (``decompose.py``) on this many fixed test examples into
-      ``spectra.jsonl``.
+      ``spectra.jsonl`` (:class:`SpectraRecorder`).
     record_curvature: if > 0, at each evaluation record the loss curvature
       (top Hessian eigenvalue, Adam-preconditioned sharpness, gradient norm;
-      ``curvature.py``) on this many fixed training
-      examples, every seed in one compiled call, into ``curvature.jsonl``.
-      Every run also writes each step's training loss to ``steps.jsonl``.
-    progress: called after each evaluation with a dict of progress fields.
+      ``curvature.py``) on this many fixed training examples, every seed in
+      one compiled call, into ``curvature.jsonl`` (:class:`CurvatureRecorder`).
     seed_group: vmap this many seeds at a time, groups one after another in
-      the same compiled chunk (single device only; default: all seeds at once).
-      ``"auto"``: the widest group whose chunk fits the device's memory
-      (:func:`train.auto_seed_group`; the choice goes to ``notify``), within
-      ``memory_gib`` if given, else 90 % of ``memory_fraction`` of the device's
-      free memory (N runs sharing one device: 1/N).
-      An execution detail: it is not part of the run's config.
+      the same compiled chunk (single device only; default: all seeds at
+      once). ``"auto"``: the widest group whose chunk fits the device's
+      memory (:func:`train.auto_seed_group`; the choice goes to ``notify``),
+      within ``memory_gib`` if given, else 90 % of ``memory_fraction`` of the
+      device's free memory; with several devices the seeds are sharded instead.
+  """
+  eval_every: Optional[int] = None
+  resume: bool = True
+  max_to_keep: int = 2
+  record_spectra: int = 0
+  record_curvature: int = 0
+  seed_group: Union[None, int, str] = None
+  memory_gib: Optional[float] = None
+  memory_fraction: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Hooks:
+  """What :func:`run` calls while it trains.
+
+  Attributes:
+    progress: after each evaluation, with a dict of progress fields.
     should_stop: polled after each evaluation's checkpoint is saved; when it
       returns True the run stops there and raises :class:`Interrupted`.
-    on_checkpoint: called with the step right after each checkpoint save has
+    on_checkpoint: with the step right after each checkpoint save has
       started (asynchronously); the recovery tests kill the process there.
-    notify: receives one-line notices (e.g. a checkpoint skipped on resume).
+    notify: one-line notices (e.g. a checkpoint skipped on resume).
+  """
+  progress: Optional[Callable[[dict], None]] = None
+  should_stop: Optional[Callable[[], bool]] = None
+  on_checkpoint: Optional[Callable[[int], None]] = None
+  notify: Callable[[str], None] = _notify_stderr
+
+
+def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
+        hooks: Hooks = Hooks(), recorders: Sequence["Recorder"] = ()) -> dict:
+  """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.config.RunConfig`),
+  all seeds in one compiled program, into ``workdir`` (created).
+
+  Each evaluation's row goes to every recorder: the metrics and step losses
+  always, the spectra and curvature when ``options`` ask for them, then
+  ``recorders`` (e.g. a TensorBoard writer: :class:`Recorder`).
 
   Returns:
     The summary dict (also written to ``summary.json``).
 
   Raises:
     ConfigMismatchError, WorkdirBusyError, CheckpointError (no kept checkpoint
-    verifies), NonFiniteLossError, Interrupted: each with a one-line message.
+    verifies), NonFiniteLossError (each a :class:`~pe_spectral.errors.RunError`
+    with a one-line message and what to do), Interrupted.
   """
   writer = jax.process_index() == 0
   t_start = time.time()
+  notify = hooks.notify
   # Everything the workdir checks need comes from the configs alone, so a run
   # that cannot go ahead is refused before any data is generated or compiled.
   num_train = rc.task.num_train
   total = rc.train.total_steps(num_train)
   steps_per_epoch = rc.train.steps_per_epoch(num_train)
-  eval_every = eval_every or steps_per_epoch
-  config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": eval_every,
+  options = dataclasses.replace(options, eval_every=options.eval_every or steps_per_epoch)
+  config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": options.eval_every,
             "total_steps": total, "steps_per_epoch": steps_per_epoch}
-  if record_spectra:
-    config["record_spectra"] = record_spectra
-  if record_curvature:
-    config["record_curvature"] = record_curvature
+  if options.record_spectra:
+    config["record_spectra"] = options.record_spectra
+  if options.record_curvature:
+    config["record_curvature"] = options.record_curvature
 
   paths = {k: os.path.join(workdir, v) for k, v in dict(
       config="config.json", metrics="metrics.jsonl", summary="summary.json",
@@ -192,8 +220,8 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
   if writer:
     os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir) if writer else contextlib.nullcontext():
-    check_workdir(workdir, paths, config, resume)
-    if resume and os.path.exists(paths["summary"]):
+    check_workdir(workdir, paths, config, options.resume)
+    if options.resume and os.path.exists(paths["summary"]):
       with open(paths["summary"]) as f:
         summary = json.load(f)
       notify(f"{workdir} already finished (same settings): its results are in "
@@ -209,18 +237,28 @@ def run(rc, seeds: list[int], workdir: str, *, eval_every: Optional[int] = None,
       raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
                            f"config says {num_train}")
     mesh = seed_mesh(len(seeds))
+    seed_group = options.seed_group
     if seed_group == "auto":
       seed_group = None if mesh is not None else auto_seed_group(
           rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
-          memory_gib=memory_gib, fraction=memory_fraction, notify=notify)
+          memory_gib=options.memory_gib, fraction=options.memory_fraction, notify=notify)
     steps = make_steps(rc.model, rc.task, rc.train, num_train,
                        seed_group=seed_group if mesh is None else None)
-    return _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths,
-                        eval_every=eval_every, resume=resume,
-                        max_to_keep=max_to_keep, record_spectra=record_spectra,
-                        record_curvature=record_curvature, progress=progress,
-                        should_stop=should_stop, on_checkpoint=on_checkpoint,
-                        notify=notify, t_start=t_start)
+    session = _session(rc, seeds, workdir, steps, mesh, data, paths)
+    if steps.total_steps != config["total_steps"]:
+      raise AssertionError(f"the steps have {steps.total_steps} steps, the config "
+                           f"{config['total_steps']}")
+    builtin = [MetricsRecorder(), StepLossRecorder()]
+    if options.record_spectra:
+      builtin.append(SpectraRecorder(options.record_spectra))
+    if options.record_curvature:
+      builtin.append(CurvatureRecorder(options.record_curvature))
+    records = _train(session, options, hooks, builtin + list(recorders))
+    summary = summarise(session, records, t_start=t_start)
+    if writer:
+      write_json(paths["summary"], summary)
+      draw_figures(session, records, spectra=bool(options.record_spectra))
+  return summary
 
 
 class _Session(NamedTuple):
@@ -236,43 +274,45 @@ class _Session(NamedTuple):
   writer: bool        # process 0: the one that writes files
 
 
-def _checked_run(rc, seeds, workdir, steps, mesh, data, config, paths, *, eval_every,
-                 resume, max_to_keep, record_spectra, record_curvature, progress,
-                 should_stop, on_checkpoint, notify, t_start) -> dict:
-  """:func:`run` once the workdir is locked: resume or init, the loop, summarise."""
-  total = steps.total_steps
-  if total != config["total_steps"]:
-    raise AssertionError(f"the steps have {total} steps, the config {config['total_steps']}")
+def _session(rc, seeds, workdir, steps, mesh, data, paths) -> "_Session":
+  """The run's fixed pieces: the data and the seeds' keys placed on the mesh."""
   n_sub = min(rc.train.train_eval_examples, data.train_ids.shape[0])
   placed = devices.replicate((data.train_ids, data.train_labels, data.test_ids,
                               data.test_labels, data.train_ids[:n_sub],
                               data.train_labels[:n_sub]), mesh)
-  session = _Session(rc, list(seeds), workdir, paths, steps, mesh,
-                     devices.shard(train_lib.seed_keys(seeds), mesh),
-                     dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
-                               "sub_ids", "sub_labels"), placed)),
-                     jax.process_index() == 0)
-  unfinished = remove_unfinished_saves(paths["ckpt"]) if session.writer and resume else []
-  ckpt = Checkpointer(paths["ckpt"], max_to_keep=max_to_keep, fetch=devices.fetch)
+  return _Session(rc, list(seeds), workdir, paths, steps, mesh,
+                  devices.shard(train_lib.seed_keys(seeds), mesh),
+                  dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
+                            "sub_ids", "sub_labels"), placed)),
+                  jax.process_index() == 0)
+
+
+def _train(session: "_Session", options: RunOptions, hooks: Hooks, recorders) -> list:
+  """Resume or init, then the loop; every evaluation's metrics row."""
+  paths = session.paths
+  unfinished = (remove_unfinished_saves(paths["ckpt"])
+                if session.writer and options.resume else [])
+  ckpt = Checkpointer(paths["ckpt"], max_to_keep=options.max_to_keep, fetch=devices.fetch)
   try:
     states, step, elapsed, records = _resume_or_init(
-        session, ckpt, resume=resume, unfinished=unfinished, notify=notify,
-        recorded=[k for k, on in (("spectra", record_spectra),
-                                  ("curvature", record_curvature)) if on])
-    records = _train_loop(session, ckpt, states, step, elapsed, records,
-                          eval_every=eval_every, record_spectra=record_spectra,
-                          record_curvature=record_curvature, progress=progress,
-                          should_stop=should_stop, on_checkpoint=on_checkpoint)
+        session, ckpt, resume=options.resume, unfinished=unfinished, notify=hooks.notify,
+        recorders=recorders)
+    for r in recorders:
+      r.open(session)
+    try:
+      return _train_loop(session, ckpt, states, step, elapsed, records,
+                         eval_every=options.eval_every, hooks=hooks, recorders=recorders)
+    finally:
+      for r in recorders:
+        r.close()
   finally:
     ckpt.close()  # awaits the asynchronous save
-  return _summarise(session, records, record_spectra=record_spectra, t_start=t_start)
 
 
-def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, recorded):
+def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, recorders):
   """``(states, step, elapsed, records)``: the newest checkpoint that verifies
   (newer ones that do not are deleted) and the evaluations up to it, or a fresh
-  init; the JSONL files are cut back to that step (``recorded``: the optional
-  ones this run writes)."""
+  init; every recorder's file is cut back to that step."""
   paths, workdir, total = session.paths, session.workdir, session.steps.total_steps
   step, elapsed = 0, 0.0
   kept_steps = ckpt.all_steps() if resume else []
@@ -297,95 +337,158 @@ def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, reco
       notify(f"{workdir}: no finished checkpoint, starting at step 0 (the cut-off save "
              f"of step {', '.join(unfinished)} was removed)")
   if session.writer:  # drop evaluations past the checkpoint (they will be redone)
-    for name in ["metrics", "steps"] + list(recorded):
-      truncate_jsonl(paths[name], step)
+    for r in recorders:
+      r.truncate(session, step)
   return states, step, elapsed, records
 
 
-def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, records: list, *,
-                eval_every, record_spectra, record_curvature, progress, should_stop,
-                on_checkpoint) -> list:
-  """Chunks of ``eval_every`` steps from ``step`` to the end, each followed by
-  an evaluation, its records and a checkpoint. Returns every evaluation's
-  record; raises :class:`NonFiniteLossError` or :class:`Interrupted`."""
-  rc, seeds, paths, steps, keys = (session.rc, session.seeds, session.paths, session.steps,
-                                   session.keys)
-  arr, writer, total = session.arrays, session.writer, steps.total_steps
-  chunk, evaluate, fetch = (train_lib.jit_chunk(steps), train_lib.jit_evaluate(steps),
-                            devices.fetch)
-  train_ids, train_labels = arr["train_ids"], arr["train_labels"]
-  probe_ids = arr["test_ids"][:record_spectra] if record_spectra else None
-  curv_ids, curv_labels = ((train_ids[:record_curvature], train_labels[:record_curvature])
-                           if record_curvature else (None, None))
+class Evaluation(NamedTuple):
+  """One evaluation, as every :class:`Recorder` receives it."""
+  session: Any        # the run's fixed pieces (config, seeds, paths, steps, placed data)
+  step: int           # the step just reached
+  first_step: int     # the chunk's first step
+  states: Any         # the seed-stacked train state at ``step``
+  losses: np.ndarray  # [seeds, steps of the chunk]: each step's loss before its update
+  metrics: dict       # the metrics.jsonl row (accuracies, losses, examples seen)
 
+
+class Recorder:
+  """Something written at every evaluation: subclasses implement :meth:`record`
+  and own their output; :func:`run` calls them in order and never looks inside.
+
+  ``open`` runs once per session before the loop, ``truncate`` on resume (drop
+  what lies past the checkpoint's step), ``close`` after the loop."""
+
+  def open(self, session) -> None:
+    pass
+
+  def truncate(self, session, step: int) -> None:
+    pass
+
+  def record(self, ev: Evaluation) -> None:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    pass
+
+
+class JsonlRecorder(Recorder):
+  """A row per evaluation in ``<workdir>/<name>.jsonl`` (process 0 writes it);
+  subclasses implement :meth:`row`. ``allow_nan``: False writes strict JSON
+  (a non-finite value is refused: the row must be ``json_safe``)."""
+  name = ""
+  allow_nan = True
+
+  def path(self, session) -> str:
+    return os.path.join(session.workdir, f"{self.name}.jsonl")
+
+  def truncate(self, session, step: int) -> None:
+    truncate_jsonl(self.path(session), step)
+
+  def row(self, ev: Evaluation) -> dict:
+    raise NotImplementedError
+
+  def record(self, ev: Evaluation) -> None:
+    row = self.row(ev)
+    if ev.session.writer:
+      with open(self.path(ev.session), "a") as f:
+        f.write(json.dumps(row, allow_nan=self.allow_nan) + "\n")
+
+
+class MetricsRecorder(JsonlRecorder):
+  """``metrics.jsonl``: the evaluation's row, strict JSON."""
+  name, allow_nan = "metrics", False
+
+  def row(self, ev):
+    return ev.metrics
+
+
+class StepLossRecorder(JsonlRecorder):
+  """``steps.jsonl``: every step's loss (measured before its update), for
+  loss-spike counts."""
+  name = "steps"
+
+  def row(self, ev):
+    return {"step": ev.step, "first_step": ev.first_step,
+            "loss": np.round(ev.losses.astype(np.float64), 5).tolist()}
+
+
+class SpectraRecorder(JsonlRecorder):
+  """``spectra.jsonl``: per-layer/head logit spectra on ``num`` fixed test examples."""
+  name = "spectra"
+
+  def __init__(self, num: int):
+    self.num = num
+
+  def open(self, session):
+    self.probe_ids = session.arrays["test_ids"][:self.num]
+
+  def row(self, ev):
+    return _spectra_record(ev.session.steps, ev.states, self.probe_ids, ev.step)
+
+
+class CurvatureRecorder(JsonlRecorder):
+  """``curvature.jsonl``: the loss curvature on ``num`` fixed training examples."""
+  name, allow_nan = "curvature", False
+
+  def __init__(self, num: int):
+    self.num = num
+
+  def open(self, session):
+    arr = session.arrays
+    self.ids, self.labels = arr["train_ids"][:self.num], arr["train_labels"][:self.num]
+
+  def row(self, ev):
+    return _curvature_record(ev.session.steps, ev.states, self.ids, self.labels, ev.step)
+
+
+def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, records: list, *,
+                eval_every: int, hooks: Hooks, recorders) -> list:
+  """Chunks of ``eval_every`` steps from ``step`` to the end, each followed by
+  an evaluation, the recorders and a checkpoint. Returns every evaluation's
+  metrics row; raises :class:`NonFiniteLossError` or :class:`Interrupted`."""
+  steps, keys, arr = session.steps, session.keys, session.arrays
+  total = steps.total_steps
+  chunk, fetch = train_lib.jit_chunk(steps), devices.fetch
   first = True  # this session's first chunk: its calls compile
   spent_s, spent_steps = 0.0, 0  # this session's measured chunks, for the ETA
   while step < total:
     t0 = time.time()
     k = min(eval_every, total - step)
-    states, losses = chunk(states, keys, train_ids, train_labels, num_steps=k)
+    states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"], num_steps=k)
     # A jitted call traces and compiles before it returns; the execution
     # itself is asynchronous (``fetch`` waits for it, polling, so that
     # Ctrl-C is handled at once). The calls' own time is compilation.
     compile_s = time.time() - t0
     losses = fetch(losses)  # [seeds, k]
-    # Losses are measured before each update, so the last update of a chunk
-    # can break the state with every loss finite: check the state as well,
-    # and never save a checkpoint that is not finite.
-    ok = np.isfinite(losses).all(1) & fetch(train_lib.finite(states))
-    if not ok.all():
-      bad = [s for s, good in zip(seeds, ok) if not good]
-      last_good = ckpt.latest_step()
-      kept = (f"The last good checkpoint (step {last_good}) is kept in {paths['ckpt']}"
-              if last_good is not None else
-              "No checkpoint was saved (the run diverged before its first evaluation)")
-      raise NonFiniteLossError(
-          f"non-finite loss or parameters between steps {step} and {step + k} for "
-          f"seeds {bad}; stopping. {kept}", Remedy.LOWER_LEARNING_RATE)
+    _check_finite(session, ckpt, states, losses, step, k)
     step += k
     t1 = time.time()
-    test_eval = evaluate(states["params"], arr["test_ids"], arr["test_labels"])
-    train_eval = evaluate(states["params"], arr["sub_ids"], arr["sub_labels"])[0]
+    test_acc, test_loss, train_acc = _evaluate(session, states)
     compile_s += time.time() - t1
-    test_acc, test_loss = map(fetch, test_eval)
-    train_acc = fetch(train_eval)
     dt = time.time() - t0
     elapsed += dt
     rec = {"step": step, "epoch": step / steps.steps_per_epoch,
-           "examples_seen": step * rc.train.batch_size,  # per seed
+           "examples_seen": step * session.rc.train.batch_size,  # per seed
            "train_loss": losses.mean(1).tolist(),
            "test_loss": np.asarray(test_loss).tolist(),
            "test_accuracy": np.asarray(test_acc).tolist(),
            "train_accuracy": np.asarray(train_acc).tolist(),
            "elapsed": elapsed}
-    rec = {k: json_safe(v) for k, v in rec.items()}
+    rec = {key: json_safe(v) for key, v in rec.items()}
     records.append(rec)
-    if writer:
-      with open(paths["metrics"], "a") as f:
-        f.write(json.dumps(rec, allow_nan=False) + "\n")
-      # every step's loss (measured before its update), for loss-spike counts
-      with open(paths["steps"], "a") as f:
-        f.write(json.dumps({"step": step, "first_step": step - k,
-                            "loss": np.round(losses.astype(np.float64), 5).tolist()}) + "\n")
     t_rec = time.time()
-    if record_spectra:
-      spec = _spectra_record(steps, states, probe_ids, step)
-      if writer:
-        with open(paths["spectra"], "a") as f:
-          f.write(json.dumps(spec) + "\n")
-    if record_curvature:
-      curv = _curvature_record(steps, states, curv_ids, curv_labels, step)
-      if writer:
-        with open(paths["curvature"], "a") as f:
-          f.write(json.dumps(curv, allow_nan=False) + "\n")
-    rec_s = time.time() - t_rec  # spectra/curvature (their first call compiles too)
+    ev = Evaluation(session, step, step - k, states, losses, rec)
+    for r in recorders:
+      r.record(ev)
+    rec_s = time.time() - t_rec  # the recorders (a first spectra/curvature call compiles)
     ckpt.save(step, states, {"step": step, "elapsed": elapsed})
-    if on_checkpoint is not None:
-      on_checkpoint(step)
-    if should_stop is not None and should_stop() and step < total:
+    if hooks.on_checkpoint is not None:
+      hooks.on_checkpoint(step)
+    if hooks.should_stop is not None and hooks.should_stop() and step < total:
       ckpt.wait()
       raise Interrupted(step)
-    if progress:
+    if hooks.progress:
       # Measured work only: the first chunk's compilation is left out (and
       # so is its recording, which also compiles; later chunks count it).
       run_s = max(dt - compile_s, 1e-9)
@@ -393,15 +496,41 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
       # the ETA at this session's mean pace, so that one chunk slowed (or
       # sped) by a neighbour on a shared machine does not swing it
       spent_s, spent_steps = spent_s + chunk_s, spent_steps + k
-      progress({"step": step, "total": total, "steps_per_s": k / run_s,
-                "eta_s": (total - step) * spent_s / spent_steps, "chunk_s": chunk_s,
-                "compile_s": compile_s if first else None,
-                "loss_mean": float(losses.mean()),
-                "loss_std": float(losses.mean(1).std()),
-                "test_accuracy_mean": float(np.mean(test_acc)),
-                "train_accuracy_mean": float(np.mean(train_acc))})
+      hooks.progress({"step": step, "total": total, "steps_per_s": k / run_s,
+                      "eta_s": (total - step) * spent_s / spent_steps, "chunk_s": chunk_s,
+                      "compile_s": compile_s if first else None,
+                      "loss_mean": float(losses.mean()),
+                      "loss_std": float(losses.mean(1).std()),
+                      "test_accuracy_mean": float(np.mean(test_acc)),
+                      "train_accuracy_mean": float(np.mean(train_acc))})
     first = False
   return records
+
+
+def _check_finite(session, ckpt, states, losses, step: int, k: int) -> None:
+  """Losses are measured before each update, so the last update of a chunk
+  can break the state with every loss finite: the state is checked as well,
+  and a checkpoint that is not finite is never saved."""
+  fetch = devices.fetch
+  ok = np.isfinite(losses).all(1) & fetch(train_lib.finite(states))
+  if not ok.all():
+    bad = [s for s, good in zip(session.seeds, ok) if not good]
+    last_good = ckpt.latest_step()
+    kept = (f"The last good checkpoint (step {last_good}) is kept in {session.paths['ckpt']}"
+            if last_good is not None else
+            "No checkpoint was saved (the run diverged before its first evaluation)")
+    raise NonFiniteLossError(
+        f"non-finite loss or parameters between steps {step} and {step + k} for "
+        f"seeds {bad}; stopping. {kept}", Remedy.LOWER_LEARNING_RATE)
+
+
+def _evaluate(session, states):
+  """``(test accuracy, test loss, train accuracy)`` per seed, on the host."""
+  evaluate, fetch, arr = train_lib.jit_evaluate(session.steps), devices.fetch, session.arrays
+  test_eval = evaluate(states["params"], arr["test_ids"], arr["test_labels"])
+  train_eval = evaluate(states["params"], arr["sub_ids"], arr["sub_labels"])[0]
+  test_acc, test_loss = map(fetch, test_eval)
+  return test_acc, test_loss, fetch(train_eval)
 
 
 def host_environment() -> dict:
@@ -439,9 +568,10 @@ def host_environment() -> dict:
   return {"versions": versions, "cpu": cpu}
 
 
-def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> dict:
-  """``summary.json`` (and the figures) from the evaluations of a finished run."""
-  rc, seeds, paths, workdir = session.rc, session.seeds, session.paths, session.workdir
+def summarise(session: _Session, records: list, *, t_start: float) -> dict:
+  """The ``summary.json`` of a finished run, from its evaluations (computes;
+  writes nothing)."""
+  rc, seeds, paths = session.rc, session.seeds, session.paths
   total = session.steps.total_steps
   if not records or records[-1]["step"] != total:
     raise CheckpointError(
@@ -467,15 +597,17 @@ def _summarise(session: _Session, records: list, *, record_spectra, t_start) -> 
       "session_wall_seconds": time.time() - t_start,
       "environment": host_environment(),
   }
-  if session.writer:
-    write_json(paths["summary"], summary)
-    title = f"{rc.task.name} / {rc.model.pe}" + (" (faithful)" if rc.model.faithful
-                                                 else "")
-    plotting.accuracy_curves(records, paths["plot"], title)
-    if record_spectra:
-      plotting.spectra_over_training(read_jsonl(paths["spectra"]),
-                                     os.path.join(workdir, "spectra.png"), title)
   return summary
+
+
+def draw_figures(session: _Session, records: list, *, spectra: bool) -> None:
+  """The run's figures: ``accuracy.png``, and ``spectra.png`` when recorded."""
+  rc, paths = session.rc, session.paths
+  title = f"{rc.task.name} / {rc.model.pe}" + (" (faithful)" if rc.model.faithful else "")
+  plotting.accuracy_curves(records, paths["plot"], title)
+  if spectra:
+    plotting.spectra_over_training(read_jsonl(paths["spectra"]),
+                                   os.path.join(session.workdir, "spectra.png"), title)
 
 
 class LoadedRun(NamedTuple):

@@ -131,3 +131,40 @@ def test_the_library_names_no_flag():
         for m in pattern.finditer(line[line.index("#"):]):
           bad.append(f"{module}:{lineno} (comment): {m.group(0)}")
   assert bad == []
+
+
+def _top_level_names(path):
+  names = set()
+  for node in ast.parse(open(path).read(), path).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+        names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names.update((a.asname or a.name).split(".")[0] for a in node.names)
+  return names
+
+
+def test_every_from_import_of_the_project_resolves():
+  """``from <project module> import name``: the module exists and ``name`` is
+  one of its submodules or top-level names, in every file of the project (a
+  moved module or a wrong line would otherwise fail only in a subprocess)."""
+  mods = {}
+  for package in LAYERS + ("tests",):
+    mods.update(_modules(package))
+  bad = []
+  for module, path in sorted(mods.items()):
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+      if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+        continue
+      if node.module.split(".")[0] not in LAYERS:
+        continue
+      if node.module not in mods:
+        bad.append(f"{module}:{node.lineno}: no module {node.module}")
+        continue
+      have = _top_level_names(mods[node.module])
+      for a in node.names:
+        if a.name != "*" and a.name not in have and f"{node.module}.{a.name}" not in mods:
+          bad.append(f"{module}:{node.lineno}: {node.module} has no {a.name}")
+  assert bad == []

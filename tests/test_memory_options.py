@@ -218,7 +218,8 @@ def test_a_bfloat16_run_trains_and_records_its_dtype(tmp_path):
   from pe_spectral import config, runner
   rc = config.build("smoke", "distance", "rope", steps=24, dtype="bfloat16",
                     learning_rate=3e-3)
-  s = runner.run(rc, [0, 1], str(tmp_path / "run"), eval_every=12, notify=lambda m: None)
+  s = runner.run(rc, [0, 1], str(tmp_path / "run"), runner.RunOptions(eval_every=12),
+                 runner.Hooks(notify=lambda m: None))
   with open(tmp_path / "run" / "config.json") as f:
     assert json.load(f)["run"]["model"]["dtype"] == "bfloat16"
   rows = runner.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))

@@ -85,8 +85,8 @@ def toy_pe():
 def test_a_toy_pe_registered_in_a_test_trains_on_the_smoke_preset(toy_pe, tmp_path):
   rc = config.build("smoke", "distance", toy_pe, steps=6)
   assert rc.model.encoding.kinds == ("bias",)
-  s = runner.run(rc, [0, 1], str(tmp_path / "run"), eval_every=3,
-                 notify=lambda m: None)
+  s = runner.run(rc, [0, 1], str(tmp_path / "run"), runner.RunOptions(eval_every=3),
+                 runner.Hooks(notify=lambda m: None))
   assert len(s["test_accuracy"]) == 2 and all(np.isfinite(s["test_accuracy"]))
   # the bias reaches the logits: the same weights without it give other outputs
   cfg = rc.model
@@ -310,7 +310,8 @@ def test_random_positions_equal_scattering_tokens_into_a_padded_sequence(pe):
 def test_random_positions_train_and_evaluate_deterministically(tmp_path):
   rc = config.build("smoke", "distance", "rope", steps=4, random_positions=96)
   assert rc.model.random_positions == 96
-  s = runner.run(rc, [0], str(tmp_path / "run"), eval_every=4, notify=lambda m: None)
+  s = runner.run(rc, [0], str(tmp_path / "run"), runner.RunOptions(eval_every=4),
+                 runner.Hooks(notify=lambda m: None))
   assert np.isfinite(s["test_accuracy"]).all()
   run = runner.load_run(str(tmp_path / "run"), notify=lambda m: None)
   rc2, evaluate = run.rc, train.jit_evaluate(run.steps)

@@ -169,8 +169,10 @@ def _smoke():
   return configs.build("smoke", "distance", "rope", steps=24)  # conftest.SWEEP_COMMON
 
 
-def _run(wd, **kw):  # in process, as the sweep CLI runs it on CPU (seed groups of 1)
-  return runner.run(_smoke(), [0, 1], wd, eval_every=6, seed_group=1, **kw)
+def _run(wd, record_spectra=0, **hooks):  # in process, as the sweep CLI runs it on CPU
+  return runner.run(_smoke(), [0, 1], wd,  # (seed groups of 1)
+                    runner.RunOptions(eval_every=6, seed_group=1, record_spectra=record_spectra),
+                    runner.Hooks(**hooks))
 
 
 def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
@@ -305,3 +307,33 @@ def test_eta_and_environment(tmp_path):
     want = (p["total"] - p["step"]) * spent / p["step"]
     assert abs(p["eta_s"] - want) <= 1e-9 * max(want, 1.0), (i, p, want)
   assert seen[-1]["eta_s"] == 0.0
+
+
+def test_a_recorder_of_ones_own_gets_every_evaluation_and_is_cut_back_on_resume(tmp_path):
+  """run(..., recorders=[...]): a new output (a TensorBoard writer, say) is one
+  Recorder; the loop calls it after the built-in files at every evaluation,
+  and on resume its file is cut back to the checkpoint like theirs."""
+  class Accuracy(runner.JsonlRecorder):
+    name = "accuracy"
+
+    def row(self, ev):
+      return {"step": ev.step, "first_step": ev.first_step,
+              "mean": float(np.mean(ev.metrics["test_accuracy"])),
+              "seeds": int(ev.losses.shape[0])}
+
+  wd = str(tmp_path / "own")
+  calls = []
+  with pytest.raises(runner.Interrupted):
+    runner.run(_smoke(), [0, 1], wd, runner.RunOptions(eval_every=6, seed_group=1),
+               runner.Hooks(should_stop=lambda: calls.append(1) or len(calls) >= 2,
+                            notify=lambda m: None), recorders=[Accuracy()])
+  with open(os.path.join(wd, "accuracy.jsonl"), "a") as f:  # a row past the checkpoint
+    f.write(json.dumps({"step": 18, "first_step": 12, "mean": -1.0, "seeds": 2}) + "\n")
+  runner.run(_smoke(), [0, 1], wd, runner.RunOptions(eval_every=6, seed_group=1),
+             runner.Hooks(notify=lambda m: None), recorders=[Accuracy()])
+  rows = runner.read_jsonl(os.path.join(wd, "accuracy.jsonl"))
+  metrics = runner.read_jsonl(os.path.join(wd, "metrics.jsonl"))
+  assert [r["step"] for r in rows] == [m["step"] for m in metrics] == [6, 12, 18, 24]
+  assert [r["first_step"] for r in rows] == [0, 6, 12, 18]
+  for r, m in zip(rows, metrics):
+    assert r["mean"] == float(np.mean(m["test_accuracy"])) and r["seeds"] == 2

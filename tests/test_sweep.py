@@ -55,7 +55,8 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
           "rc = config.build('smoke', 'distance', 'rope', steps=24)\n"
           "def die(step):\n"
           "  if step == 12: os.kill(os.getpid(), signal.SIGKILL)\n"
-          "runner.run(rc, [0, 1], sys.argv[1], eval_every=6, seed_group=1, on_checkpoint=die)\n")
+          "runner.run(rc, [0, 1], sys.argv[1], runner.RunOptions(eval_every=6, seed_group=1),\n"
+          "           runner.Hooks(on_checkpoint=die))\n")
   out = subprocess.run([sys.executable, "-c", kill, wd2], capture_output=True, text=True)
   assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
   assert not os.path.exists(os.path.join(wd2, "summary.json"))
@@ -221,7 +222,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   rc = configs.build("smoke", "distance", "rope", steps=6)
   wd = str(tmp_path / "poison")
   try:
-    runner.run(rc, [0, 1], wd, eval_every=1)
+    runner.run(rc, [0, 1], wd, runner.RunOptions(eval_every=1))
     raise AssertionError("a non-finite state was not detected")
   except runner.NonFiniteLossError as e:
     msg = str(e)
@@ -238,7 +239,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   wd2 = str(tmp_path / "poison-early")
   monkeypatch.setattr(train, "jit_chunk", poisoned_program(lambda step: True))
   try:
-    runner.run(rc, [0, 1], wd2, eval_every=3)
+    runner.run(rc, [0, 1], wd2, runner.RunOptions(eval_every=3))
     raise AssertionError("a non-finite state was not detected")
   except runner.NonFiniteLossError as e:
     assert "No checkpoint was saved" in str(e), str(e)
@@ -334,5 +335,5 @@ def test_auto_seed_group_sizes_to_the_share_given_on_the_command_line(tmp_path):
                "--seed_group=auto", "--memory_fraction=1e-15",
                f"--workdir={tmp_path / 'run'}")
   assert "seed group auto: even one seed at a time needs" in out.stderr, out.stderr[-2000:]
-  assert "--memory_fraction=1e-15" in out.stderr
+  assert "memory_fraction=1e-15" in out.stderr
   assert os.path.exists(tmp_path / "run" / "summary.json")
