@@ -12,6 +12,7 @@ the final table to stdout.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import shutil
@@ -39,9 +40,13 @@ flags.DEFINE_enum("task", "distance", ["distance", "count"], "Synthetic task.")
 flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
 flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
-flags.DEFINE_enum("preset", "cpu", list(configs.PRESET_NAMES),
-                  "Sizes: smoke (tests), cpu (default, minutes), study and deposit "
-                  "(the converged study, docs/presets.md), paper (GPU).")
+flags.DEFINE_string("preset", "cpu",
+                    "Sizes: smoke (tests), cpu (default, minutes), paper (GPU), or one a "
+                    "--presets_from module registers (docs/presets.md).")
+flags.DEFINE_list("presets_from", [],
+                  "Modules to import first that register presets "
+                  "(config.register_preset), e.g. studies.arxiv_2505_13027.presets "
+                  "for the study's study, deposit and long.")
 flags.DEFINE_bool("faithful", False,
                   "The paper's architecture, loss and optimiser quirks "
                   "(docs/protocol.md).")
@@ -141,6 +146,16 @@ def default_workdir(task: str, pe: str, preset: str, faithful: bool,
 
 def plan_runs():
   """Validates every flag and returns [(RunConfig, workdir)] before any work."""
+  for module in FLAGS.presets_from:
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise UsageError(f"--presets_from: cannot import {module!r} ({e})") from None
+  if FLAGS.preset not in configs.PRESET_NAMES:
+    raise UsageError(f"unknown --preset {FLAGS.preset!r}; valid: "
+                     f"{', '.join(configs.PRESET_NAMES)}"
+                     + ("" if FLAGS.presets_from else
+                        " (a study's presets need --presets_from)"))
   pes = [p.strip() for p in FLAGS.pe.split(",") if p.strip()]
   if not pes:
     raise UsageError("--pe is empty")

@@ -12,7 +12,7 @@
 #     least the rows' before. (The 2026-12-04 check timed 40-step sweeps
 #     instead; none reached its first progress line in 55-70 s: sizing,
 #     compiling and evaluating the paper model take longer than that.)
-#   part 2 -- the study preset's steps/s (one vmap vs sequential), the all-heads
+#   part 2 -- the cpu preset's steps/s (one vmap vs sequential), the all-heads
 #     ablation at paper size on a 40-step run, and MFU (benchmarks/run.py: model
 #     matmul FLOPs over the matmul peak measured in the same process).
 # Each step has its own timeout, so one slow step cannot eat the others' time.
@@ -37,7 +37,7 @@ fi
 MEM=("$PY" -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=8)
 PAPER=("$PY" -m experiments.sweep --preset=paper --faithful --pe=rope_sinusoidal --seeds=8
        --steps=40 --eval_every=20 --noresume)
-STUDY=("$PY" -m experiments.sweep --preset=study --pe=rope --seeds=8 --steps=200
+STUDY=("$PY" -m experiments.sweep --preset=cpu --pe=rope --seeds=8 --steps=200
        --eval_every=100 --noresume)
 
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1

@@ -25,7 +25,10 @@ from pe_spectral.model import ModelConfig, attention_of, script_quirks
 from pe_spectral.tasks import TaskConfig
 from pe_spectral.train import TrainConfig
 
-PRESET_NAMES = ("smoke", "cpu", "study", "deposit", "long", "paper")
+# The library's presets; a study adds its own with register_preset (e.g.
+# studies/arxiv_2505_13027/presets.py), and a program imports that module on
+# request before it builds a config.
+PRESET_NAMES = ["smoke", "cpu", "paper"]
 
 MODEL_PRESETS = {
     "smoke": dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=24),
@@ -33,21 +36,11 @@ MODEL_PRESETS = {
     # separate RoPE from NoPE on Task 1. MLA keeps the paper's ratios at every
     # preset (latent = d_model / 2, rotary width = head_dim: MLAOptions' defaults).
     "cpu": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=48),
-    # The cpu model with room for Task 2 at the paper's length (120 tokens).
-  "study": dict(d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=128),
-  # Redundancy for the deposit question: 8 heads of the paper's width 16 in
-  # 4 layers, so no single head is needed by construction.
-  "deposit": dict(d_model=128, num_heads=8, num_layers=4, d_ff=256, max_len=128),
-  "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
+    "paper": dict(d_model=256, num_heads=16, num_layers=6, d_ff=512, max_len=128),
 }
-# long: the study model, data and learning rate with 3.3x the study's budget,
-# for the groups that had not converged at the study preset (studies/arxiv_2505_13027/study.md).
-MODEL_PRESETS["long"] = MODEL_PRESETS["study"]
 
 _CPU_DISTANCE = dict(vocab_size=574, num_examples=20_000, seq_len=48, max_len=48,
                      side_min=1, side_max=10, mid_min=1, mid_max=30)
-_COUNT_120 = dict(vocab_size=574, num_examples=20_000, seq_len=120, max_len=120,
-                  num_triggers=30, count_max=100)
 TASK_PRESETS = {
     ("smoke", "distance"): dict(vocab_size=64, num_examples=512, seq_len=20,
                                 max_len=24, side_min=1, side_max=4, mid_min=1,
@@ -59,10 +52,6 @@ TASK_PRESETS = {
     ("cpu", "distance"): _CPU_DISTANCE,
     ("cpu", "count"): dict(vocab_size=574, num_examples=20_000, seq_len=48,
                            max_len=48, num_triggers=30, count_max=40),
-    # study / deposit / long: Task 1 as at the cpu preset; Task 2 at the paper's
-    # length (120 tokens, k <= 100), where distance effects can hurt counting.
-    **{(p, "distance"): _CPU_DISTANCE for p in ("study", "deposit", "long")},
-    **{(p, "count"): _COUNT_120 for p in ("study", "deposit", "long")},
     ("paper", "distance"): dict(vocab_size=574, num_examples=100_000, seq_len=120,
                                 max_len=128, side_min=1, side_max=25, mid_min=1,
                                 mid_max=70),
@@ -77,12 +66,6 @@ TRAIN_PRESETS = {
   # and plateaued in about 10 minutes on 2 cores.
   "cpu": dict(learning_rate=2e-3, b1=0.9, b2=0.98, batch_size=128, epochs=8,
               eval_batch_size=1000, train_eval_examples=1000),
-  "study": dict(learning_rate=1e-3, b1=0.9, b2=0.98, batch_size=128, epochs=30,
-                eval_batch_size=1000, train_eval_examples=2000),
-  "deposit": dict(learning_rate=1e-3, b1=0.9, b2=0.98, batch_size=128, epochs=30,
-                  eval_batch_size=1000, train_eval_examples=2000),
-  "long": dict(learning_rate=1e-3, b1=0.9, b2=0.98, batch_size=128, epochs=100,
-               eval_batch_size=1000, train_eval_examples=2000),
     "paper": dict(learning_rate=1e-4, b1=0.98, b2=0.9, batch_size=512, epochs=100,
                   eval_batch_size=1024, train_eval_examples=4096),
 }
@@ -94,6 +77,26 @@ _FAITHFUL_OPT = dict(b1=0.98, b2=0.9, weight_decay=1e-5, warmup_frac=0.06)
 # The paper trains its MLA model for 150 epochs at batch 1024 against 100 at
 # 512 for the others: 1.5x the examples in 0.75x the steps. Faithful MLA gets
 # that ratio at every preset (model.MLA_SCRIPT's budget factors).
+
+
+def register_preset(name: str, *, model: dict, tasks: dict, train: dict) -> None:
+  """Adds a preset: ``model`` (``ModelConfig`` fields), ``tasks`` (``{task:
+  TaskConfig fields}``, for each task the preset supports), ``train``
+  (``TrainConfig`` fields). Registering the same preset again is allowed only
+  with the same values (a module imported twice); another preset of that name
+  is an error."""
+  entry = (dict(model), {t: dict(kw) for t, kw in tasks.items()}, dict(train))
+  if name in PRESET_NAMES:
+    have = (MODEL_PRESETS.get(name), {t: TASK_PRESETS[(p, t)] for (p, t) in TASK_PRESETS
+                                      if p == name}, TRAIN_PRESETS.get(name))
+    if have != entry:
+      raise ValueError(f"preset {name!r} is already registered with other values")
+    return
+  MODEL_PRESETS[name] = entry[0]
+  for t, kw in entry[1].items():
+    TASK_PRESETS[(name, t)] = kw
+  TRAIN_PRESETS[name] = entry[2]
+  PRESET_NAMES.append(name)
 
 
 def train_settings(preset: str, pe: str, faithful: bool) -> dict:

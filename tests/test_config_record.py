@@ -2,6 +2,7 @@
 task. The oracle is the model and the data themselves: a field left out must
 change nothing that is computed, and one kept must change something."""
 import dataclasses
+import os
 import json
 
 import jax
@@ -282,3 +283,34 @@ def test_a_new_pe_declares_its_options_and_they_reach_its_hooks():
     options_type = dict
   with pytest.raises(ValueError, match="options_type must be a frozen dataclass"):
     encodings.register(Loose())
+
+
+def test_a_study_registers_its_presets_and_the_library_has_none_of_them():
+  """register_preset adds a preset build() can use; the same values again are
+  fine (a module imported twice), other values under that name are refused;
+  a fresh process of the library knows only smoke, cpu and paper."""
+  import subprocess
+  import sys
+  name = "test_tiny_preset"
+  model = dict(configs.MODEL_PRESETS["smoke"], d_model=8)
+  tasks = {"distance": configs.TASK_PRESETS[("smoke", "distance")]}
+  train = dict(configs.TRAIN_PRESETS["smoke"], epochs=1)
+  try:
+    configs.register_preset(name, model=model, tasks=tasks, train=train)
+    configs.register_preset(name, model=model, tasks=tasks, train=train)  # again: fine
+    rc = configs.build(name, "distance", "rope")
+    assert (rc.preset, rc.model.d_model, rc.train.epochs) == (name, 8, 1)
+    with pytest.raises(ValueError, match="already registered"):
+      configs.register_preset(name, model=dict(model, d_model=16), tasks=tasks, train=train)
+    with pytest.raises(KeyError):
+      configs.build(name, "count", "rope")  # a task the preset does not have
+  finally:
+    configs.PRESET_NAMES.remove(name)
+    configs.MODEL_PRESETS.pop(name)
+    configs.TRAIN_PRESETS.pop(name)
+    configs.TASK_PRESETS.pop((name, "distance"))
+  code = ("from pe_spectral import config; print(','.join(config.PRESET_NAMES)); "
+          "import studies.arxiv_2505_13027.presets; print(','.join(config.PRESET_NAMES))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=os.path.join(os.path.dirname(__file__), ".."))
+  assert out.stdout.split() == ["smoke,cpu,paper", "smoke,cpu,paper,study,deposit,long"]

@@ -247,9 +247,9 @@ def test_train_settings_faithful_optimiser_and_mla_ratio():
   assert (faithful["b1"], faithful["b2"], faithful["weight_decay"]) == (0.98, 0.9, 1e-5)
   assert faithful["learning_rate"] == clean["learning_rate"]
   # clean MLA: the same budget as every clean PE; faithful MLA: 1.5x examples, 0.75x steps
-  assert configs.train_settings("study", "mla", False) == configs.train_settings(
-      "study", "rope", False)
-  fm, fr = (configs.train_settings("study", pe, True) for pe in ("mla", "rope"))
+  assert configs.train_settings("cpu", "mla", False) == configs.train_settings(
+      "cpu", "rope", False)
+  fm, fr = (configs.train_settings("cpu", pe, True) for pe in ("mla", "rope"))
   assert fm["epochs"] == 1.5 * fr["epochs"]  # examples seen, same training split
   assert fm["epochs"] / fm["batch_size"] == 0.75 * fr["epochs"] / fr["batch_size"]  # steps
   paper = configs.train_settings("paper", "mla", True)

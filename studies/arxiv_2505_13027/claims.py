@@ -12,6 +12,8 @@ from typing import Optional
 
 import numpy as np
 
+from studies.arxiv_2505_13027 import presets  # noqa: F401 -- registers study, deposit, long
+
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
            "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "CLOSE_MARGIN",
            "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",

@@ -36,7 +36,7 @@ from typing import Optional
 from absl import app, flags
 
 from experiments import cli
-from studies.arxiv_2505_13027 import RESULTS
+from studies.arxiv_2505_13027 import RESULTS, presets
 from studies.arxiv_2505_13027.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
@@ -96,6 +96,8 @@ class Entry:
   def sweep_args(self, runs_root: str, seeds: int) -> list[str]:
     args = [f"--preset={self.preset}", f"--task={self.task}", f"--pe={self.pe}",
             f"--seeds={seeds}", f"--workdir={os.path.join(runs_root, self.key)}"]
+    if self.preset in presets.NAMES:  # the study's own presets
+      args.append(f"--presets_from={presets.MODULE}")
     if self.faithful:
       args.append("--faithful")
     if self.rope_heads is not None:

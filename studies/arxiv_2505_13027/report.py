@@ -33,6 +33,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
 from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
+from studies.arxiv_2505_13027 import presets as _presets  # noqa: E402,F401 (registers them)
 import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
