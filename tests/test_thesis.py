@@ -417,3 +417,32 @@ def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
                                                  superseded=[{"rope_additive": slow_last}])}
   assert f"rotary: {NOT_TESTABLE} (rope_additive did not converge" in rows["f"][3]
   assert "rotary: inconclusive (not converged)" in report.thesis_claims(judged, with_g=False)[1][3]
+
+
+def test_claim_g_groups_are_the_registered_pes_split_by_the_registrys_coupling():
+  """(g)'s two groups: the eight PEs study.md registered, each on the side its
+  declared coupling puts it (a PE whose coupling changed would move, and this
+  would fail against the registration)."""
+  from pe_spectral import encodings
+  assert thesis.G_MULTIPLICATIVE == ("rope", "xpos", "p_rope", "alibi_multiplicative")
+  assert thesis.G_ADDITIVE == ("alibi", "rope_additive", "relative", "kerple_log")
+  for pe in thesis.G_MULTIPLICATIVE:
+    assert encodings.get(pe).coupling == "multiplicative"
+  for pe in thesis.G_ADDITIVE:
+    assert encodings.get(pe).coupling == "additive"
+
+
+def test_one_convergence_rule_for_claims_and_thesis():
+  """claims.enough_plateaued is the rule both modules apply: >= 2/3 of the
+  seeds, checked against exact fractions for every seed count up to 40."""
+  from fractions import Fraction
+  from studies.arxiv_2505_13027 import claims
+  for n in range(1, 41):
+    for k in range(n + 1):
+      per = [True] * k + [False] * (n - k)
+      want = Fraction(k, n) >= Fraction(2, 3)
+      assert claims.enough_plateaued(per) is want
+      run = {"summary": {"plateau": {"per_seed": per}}}
+      assert thesis.converged(run) is want
+      assert claims.converged({"plateau": {"per_seed": per}}) is want
+  assert claims.enough_plateaued([]) is False

@@ -15,7 +15,7 @@ import numpy as np
 from studies.arxiv_2505_13027 import presets  # noqa: F401 -- registers study, deposit, long
 
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
-           "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "CLOSE_MARGIN",
+           "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "enough_plateaued", "CLOSE_MARGIN",
            "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",
            "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
            "combine", "claim_preset", "claim_presets", "claims", "run_label",
@@ -154,7 +154,9 @@ TASK2_CONFIGS = (
 )
 # A run counts as converged when at least this fraction of its seeds plateaued
 # (stats.plateau); comparisons with an unconverged run are inconclusive.
+# enough_plateaued is the one place that applies it (thesis.py too).
 CONVERGED_FRAC = 2.0 / 3.0
+_CONVERGED_NUM, _CONVERGED_DEN = 2, 3  # CONVERGED_FRAC as an exact ratio
 # "Partial RoPE on one head comes close to full RoPE": within this many points.
 CLOSE_MARGIN = 5.0
 # The largest Task 1 budget of the plan (study.md, "Not testable at this
@@ -200,9 +202,15 @@ def plateau_of(r) -> dict:
   return stats.plateau(r["records"]) if r.get("records") else r.get("plateau", {})
 
 
+def enough_plateaued(per_seed) -> bool:
+  """The study's convergence rule on per-seed plateau flags: at least 2/3 of
+  the seeds (exact integer arithmetic; False without seeds)."""
+  per = list(per_seed or [])
+  return bool(per) and _CONVERGED_DEN * sum(map(bool, per)) >= _CONVERGED_NUM * len(per)
+
+
 def converged(r) -> bool:
-  per = plateau_of(r).get("per_seed") or []
-  return bool(per) and sum(per) >= CONVERGED_FRAC * len(per)
+  return enough_plateaued(plateau_of(r).get("per_seed"))
 
 
 def plateau_of_test_accuracy(r) -> dict:
@@ -217,8 +225,7 @@ def plateau_of_test_accuracy(r) -> dict:
 
 def converged_by_test_accuracy(r) -> bool:
   """The second rule (study.md): >= 2/3 of seeds plateaued in test accuracy."""
-  per = plateau_of_test_accuracy(r).get("per_seed") or []
-  return bool(per) and sum(per) >= CONVERGED_FRAC * len(per)
+  return enough_plateaued(plateau_of_test_accuracy(r).get("per_seed"))
 
 
 def compare(a, b, *, margin=0.0) -> dict:
