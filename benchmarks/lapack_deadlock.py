@@ -56,7 +56,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _child(variant: str, iters: int, stall_s: float, workdirs) -> int:
   import jax
   import jax.numpy as jnp
-  from pe_spectral import decompose as D, runner, spectral as S
+
+  from pe_spectral import decompose as D
+  from pe_spectral import runner
+  from pe_spectral import spectral as S
 
   def two_calls(masked, centred):  # the decomposition decompose used up to 2026-12-02
     eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))

@@ -182,7 +182,9 @@ def _run_chunks(tr, rc, seeds: int, reps: int, steps: int, *, compiled=None):
   per row (the 2026-12-04 device check ran out of time compiling). The peak is
   the process's running maximum (``memory_stats``, GPU/TPU only)."""
   import time
+
   import jax
+
   from pe_spectral import tasks, train
   if rc.task not in _DATA:
     _DATA[rc.task] = tasks.generate(rc.task)

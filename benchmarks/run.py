@@ -8,7 +8,8 @@ i.e. the paper's architecture, so the PyTorch baseline is the same model):
 
 * matmul peak: 2048×2048 float32 matmul GFLOP/s in this process (the MFU denominator);
 * train throughput in seed-examples/s and model FLOP utilisation (matmul FLOPs
-  of one train step counted on its jaxpr, ``benchmarks/flops.py``) for 1 seed, 8 seeds vmapped, and 8 seeds
+  of one train step counted on its jaxpr, ``benchmarks/flops.py``) for 1 seed, 8 seeds
+  vmapped, and 8 seeds
   one after another (the same compiled 1-seed chunk run 8 times);
 * the PyTorch eager baseline (one seed per process, as the paper's code);
 * compile time of the first chunk and the chunk's trace count;
@@ -33,10 +34,10 @@ from pe_spectral import xla_config
 
 xla_config.tune_cpu()
 
-from absl import app, flags, logging  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from benchmarks.flops import matmul_flops  # noqa: E402
 
@@ -202,8 +203,8 @@ def torch_row(preset, pe, steps, batch, log, reps=1):
 
 
 def ablation_rows(log, preset: str, seeds: int, examples: int):
-  from pe_spectral import config as configs
   from pe_spectral import ablation, tasks, train
+  from pe_spectral import config as configs
   rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
   tr = train.make_steps(rc.model, rc.task, rc.train.replace(eval_batch_size=min(256, examples)),

@@ -21,10 +21,10 @@ from pe_spectral import xla_config
 
 xla_config.tune_cpu()
 
+import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "

@@ -18,7 +18,8 @@ Writes ``lengths[-<scaling>][-shift<S>].json`` and ``.png`` into each workdir
 spectral prediction beside each length (``extrapolation.Prediction``): the
 ALiBi bias spread (closed form, grows as 0.55 m n^2), the symbol bounds of
 each learned relative-bias head (symmetric part; offsets beyond the table
-reuse its last entry), and RoPE's ``rope_min_base`` against the run's base. A PE whose table cannot reach a
+reuse its last entry), and RoPE's ``rope_min_base`` against the run's base. A PE whose
+table cannot reach a
 length (learned absolute positions) is reported as such, never clamped.
 """
 from __future__ import annotations
@@ -32,11 +33,11 @@ from pe_spectral import xla_config
 
 xla_config.tune_cpu()
 
+import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
 from pe_spectral import encodings  # noqa: E402
-import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workdir", None, "Finished sweep workdirs (comma list).")

@@ -34,14 +34,14 @@ from pe_spectral import xla_config
 
 xla_config.tune_cpu()
 
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
-from pe_spectral import encodings, spectral as S  # noqa: E402
+from experiments import cli  # noqa: E402
+from pe_spectral import encodings  # noqa: E402
+from pe_spectral import spectral as S  # noqa: E402
 from pe_spectral.config import MODEL_PRESETS as PRESETS  # noqa: E402
 from pe_spectral.model import ModelConfig  # noqa: E402
 

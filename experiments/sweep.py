@@ -28,10 +28,9 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral.timefmt import minutes_seconds  # noqa: E402
-
 from pe_spectral import config as configs  # noqa: E402
 from pe_spectral import encodings  # noqa: E402
+from pe_spectral.timefmt import minutes_seconds  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
@@ -115,7 +114,7 @@ def _int_list(text: str, name: str) -> list[int]:
   try:
     return [int(t) for t in text.split(",") if t.strip()]
   except ValueError:
-    raise UsageError(f"--{name} must be an int or comma list of ints, got {text!r}")
+    raise UsageError(f"--{name} must be an int or comma list of ints, got {text!r}") from None
 
 
 def default_workdir(task: str, pe: str, preset: str, faithful: bool,

@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral import devices, speed
-from pe_spectral.timefmt import minutes_seconds as fmt
 from pe_spectral import model as model_lib
+from pe_spectral.timefmt import minutes_seconds as fmt
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "scores_of_drops", "frequency_masks",
            "ablate_frequencies"]

@@ -38,7 +38,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral import devices, spectral as S
+from pe_spectral import devices
+from pe_spectral import spectral as S
 from pe_spectral.model import PAD_ID
 
 __all__ = ["layer_terms", "decompose", "summarize"]

@@ -79,6 +79,7 @@ def predict(cfg, params, n: int, train_len: int) -> Prediction:
   the training length ``train_len``."""
   import jax
   import jax.numpy as jnp
+
   from pe_spectral import positional, spectral
   enc = cfg.encoding
   out: dict = {}

@@ -36,11 +36,11 @@ import numpy as np
 from flax import nnx
 
 from pe_spectral import encodings, positional, remat, speed
-from pe_spectral.attention import (LatentAttention, MultiHeadAttention,
-                                   dropout, torch_linear)
+from pe_spectral.attention import LatentAttention, MultiHeadAttention, dropout, torch_linear
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
-           "PAD_ID", "ScriptQuirks", "script_quirks", "attention_of", "CLEAN", "TRANS_PY", "MLA_SCRIPT"]
+           "PAD_ID", "ScriptQuirks", "script_quirks", "attention_of", "CLEAN", "TRANS_PY",
+           "MLA_SCRIPT"]
 
 PAD_ID = 0
 
@@ -204,7 +204,7 @@ class ModelConfig:
     if self.rope_scaling is not None:
       if enc.qk_transform(self.replace(rope_scaling=None)) is None:
         raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
-      self.rope_scaling_spec  # validates kind, factor and length
+      _ = self.rope_scaling_spec  # validates kind, factor and length
     if not 0.0 <= self.dropout < 1.0:
       raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
     if self.init_scheme not in (None, "torch", "lecun"):

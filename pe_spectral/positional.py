@@ -619,7 +619,8 @@ def fire_bias(params: dict, seq_len: int, *, causal: bool = False,
   dist = jnp.where(diff >= 0, diff, 0.0) if causal else jnp.abs(diff)
   norm = fire_psi(jnp.maximum(L, pos), c)[:, None]
   out = jnp.moveaxis(_fire_mlp(params, fire_psi(dist, c) / norm), -1, 0)  # [heads, seq, seq]
-  return jnp.where(diff >= 0, out, 0.0) if causal else out  # (sorted positions: diff >= 0 iff j <= i)
+  # (sorted positions: diff >= 0 iff j <= i)
+  return jnp.where(diff >= 0, out, 0.0) if causal else out
 
 
 def fire_coeffs(params: dict, seq_len: int) -> jax.Array:

@@ -42,14 +42,23 @@ import numpy as np
 
 from pe_spectral import devices, encodings, plotting, stats, tasks
 from pe_spectral import train as train_lib
-from pe_spectral.checkpoint import CheckpointError, Checkpointer
+from pe_spectral.checkpoint import Checkpointer, CheckpointError
 from pe_spectral.errors import Remedy, RunError
 from pe_spectral.model import check_token_ids
 from pe_spectral.train import Steps, auto_seed_group, make_steps, seed_mesh
-from pe_spectral.workdir import (ConfigMismatchError, WorkdirBusyError, check_workdir,
-                                 config_diff, json_safe, lock_holder, read_jsonl,
-                                 remove_unfinished_saves, truncate_jsonl, workdir_lock,
-                                 write_json)
+from pe_spectral.workdir import (
+  ConfigMismatchError,
+  WorkdirBusyError,
+  check_workdir,
+  config_diff,
+  json_safe,
+  lock_holder,
+  read_jsonl,
+  remove_unfinished_saves,
+  truncate_jsonl,
+  workdir_lock,
+  write_json,
+)
 
 __all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluation",
            "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
@@ -626,7 +635,8 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   """Reloads a trained run as a :class:`LoadedRun` (config, rc, steps,
   states, data, step, mesh).
 
-  The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is regenerated from its ``data_seed`` (deterministic), the
+  The run config is rebuilt with ``config.RunConfig.from_dict``; the dataset is
+  regenerated from its ``data_seed`` (deterministic), the
   state restored from the newest checkpoint that verifies (shapes, finite,
   checksum; ``Checkpointer.restore_verified``). One line goes to ``notify``:
   the step analysed, any skipped newer checkpoint, and a warning when the run

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
 from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
 from pe_spectral.devices import seed_mesh, wait_ready  # noqa: F401  (re-exported)

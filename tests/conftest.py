@@ -58,6 +58,7 @@ def assert_fast_matches_reference(loss, params, *, rtol, atol):
   equals the plain-autodiff reference path (``speed.reference()``)."""
   import jax
   import numpy as np
+
   from pe_spectral import speed
   l_fast, g_fast = jax.value_and_grad(loss)(params)
   with speed.reference():

@@ -3,8 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config as configs
 from pe_spectral import ablation, tasks, train
+from pe_spectral import config as configs
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +323,7 @@ def test_seed_groups_report_progress_in_order(trained, capsys):
   one = train.make_steps(tr.model_cfg, tr.task_cfg, tr.train_cfg, tr.num_train,
                          seed_group=1)
   for run in (ablation.ablate_heads, ablation.ablate_frequencies):
-    b = run(one, states["params"], data.test_ids, data.test_labels)
+    run(one, states["params"], data.test_ids, data.test_labels)
     lines = [line for line in capsys.readouterr().err.splitlines() if "seed group" in line]
     assert [line.split(" done")[0] for line in lines] == [
         "ablation: seed group 1/2", "ablation: seed group 2/2"]

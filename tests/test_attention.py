@@ -124,6 +124,7 @@ def test_hand_written_vjp_matches_autodiff():
 
 def test_linear_bias_gradient_matches_nnx_linear():
   from flax import nnx
+
   from pe_spectral.attention import Linear, add_bias
   ours = Linear(5, 3, rngs=nnx.Rngs(0))
   ref = nnx.Linear(5, 3, rngs=nnx.Rngs(0))

@@ -278,7 +278,8 @@ def test_every_committed_run_is_its_presets_own():
   import glob
   import json
   import os
-  root = os.path.join(os.path.dirname(__file__), "..", "studies", "arxiv_2505_13027", "results", "runs")
+  root = os.path.join(os.path.dirname(__file__), "..", "studies", "arxiv_2505_13027",
+                      "results", "runs")
   paths = sorted(glob.glob(os.path.join(root, "*", "*", "config.json")))
   assert len(paths) >= 20
   for p in paths:

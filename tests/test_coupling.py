@@ -7,9 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from pe_spectral import attention, encodings, positional as P, spectral as S, speed
 from conftest import assert_fast_matches_reference
+
+from pe_spectral import attention, encodings, speed
+from pe_spectral import positional as P
+from pe_spectral import spectral as S
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 
@@ -72,7 +74,7 @@ def test_schur_bound_holds_for_the_decay_while_an_additive_bias_only_obeys_weyl(
   alibi = -0.3 * np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
   eb = np.linalg.eigvalsh(alibi)
   widened = {"isotropic": 0, "shared_mean": 0}
-  for trial in range(10):
+  for _trial in range(10):
     for kind in widened:
       x = rng.normal(size=(n, d)) + (3 * rng.normal(size=(1, d)) if kind == "shared_mean"
                                      else 0.0)
@@ -88,7 +90,7 @@ def test_schur_bound_holds_for_the_decay_while_an_additive_bias_only_obeys_weyl(
   assert widened == {"isotropic": 10, "shared_mean": 0}
   # and for a non-symmetric content matrix (q != k): S(F ∘ G) = F ∘ S(G), so the
   # decay's recorded contraction ratio is <= 1 by construction, whatever was learned
-  for trial in range(10):
+  for _trial in range(10):
     g = rng.normal(size=(n, d)) @ rng.normal(size=(d, n)) + rng.normal()
     ratio = float(S.hadamard_contraction_ratio(S.symmetric_part(g), f))
     direct = np.ptp(np.linalg.eigvalsh(S.symmetric_part(f * g))) / np.ptp(
@@ -185,6 +187,7 @@ def test_registry_declares_the_coupling_of_the_pairs():
   assert c["nope"] == c["sinusoidal"] == ""
   with pytest.raises(ValueError, match="bidirectional"):
     ModelConfig(pe="alibi_multiplicative", causal=True)
-  cfg = ModelConfig(pe="alibi_multiplicative", pe_options={"slopes": "paper"}, num_heads=4, d_model=64)
+  cfg = ModelConfig(pe="alibi_multiplicative", pe_options={"slopes": "paper"}, num_heads=4,
+                    d_model=64)
   np.testing.assert_allclose(encodings.get(cfg.pe).rhos(cfg),
                              np.exp(-np.exp(-np.arange(4) / 4)), rtol=1e-6)

@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import assert_fast_matches_reference
 from jax.flatten_util import ravel_pytree
 
-from conftest import assert_fast_matches_reference
-from pe_spectral import curvature as C, runner, speed
+from pe_spectral import curvature as C
+from pe_spectral import runner, speed
 from pe_spectral.model import ModelConfig
 from pe_spectral.tasks import TaskConfig
 from pe_spectral.train import TrainConfig, jit_chunk, jit_init, make_steps, seed_keys

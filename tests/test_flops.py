@@ -28,6 +28,7 @@ def test_memory_benchmark_reads_the_compiled_programs():
   programs' inputs counted independently (parameters + data), and the
   all-seeds programs hold the seeds' parameters."""
   import numpy as np
+
   from benchmarks.memory import analysis, programs
   from pe_spectral import config as configs
   rc = configs.build("smoke", "distance", "rope", steps=4)

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import positional as P, spectral as S
+from pe_spectral import positional as P
+from pe_spectral import spectral as S
 from pe_spectral.train import TrainConfig
 
 

@@ -82,7 +82,8 @@ def test_curvature_summary_has_one_lapack_call():
 
 def test_hadamard_contraction_ratio_has_one_lapack_call():
   rng = np.random.default_rng(0)
-  g = rng.standard_normal((6, 6)); a = (g + g.T) / 2
+  g = rng.standard_normal((6, 6))
+  a = (g + g.T) / 2
   theta = 0.3
   m = np.arange(6)
   c = np.exp(1j * theta * (m[:, None] - m[None, :]))

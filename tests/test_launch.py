@@ -6,14 +6,12 @@ import subprocess
 import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
+STUDY = "studies/arxiv_2505_13027"
 SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm.sbatch",
            "launch/gpu_check.sh"] + [
-    f"studies/arxiv_2505_13027/launch/{name}" for name in (
+    f"{STUDY}/launch/{name}" for name in (
         "study_gpu.sh", "reproduce_cpu.sh", "reproduce_paper.sh", "lengths_cpu.sh",
         "thesis_cpu.sh", "task2_cpu.sh", "study_cpu.sh", "gpu_decide.sh")]
-
-
-STUDY = "studies/arxiv_2505_13027"
 
 
 def _copy_launch_trees(root):
@@ -89,32 +87,34 @@ def test_slurm_dry_run():
 
 
 def test_study_launchers_dry_run():
-  out = _run("studies/arxiv_2505_13027/launch/study_gpu.sh", "--dry_run", "600", "4", "/tmp/o")
+  out = _run(f"{STUDY}/launch/study_gpu.sh", "--dry_run", "600", "4", "/tmp/o")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
   assert "--preset=smoke" in lines[1] and "--seed_group=1" in lines[2]
   # the deadline is the budget less 60 s and the seconds the dry run itself took (0-2)
-  assert any(lines[3].endswith(f"-m studies.arxiv_2505_13027.plan --workers=4 --deadline_s={d} --grace_s=30"
-                               " --skip_settled") for d in (540, 539, 538)), lines[3]
+  plan = "-m studies.arxiv_2505_13027.plan"
+  assert any(lines[3].endswith(f"{plan} --workers=4 --deadline_s={d} --grace_s=30 --skip_settled")
+             for d in (540, 539, 538)), lines[3]
   assert lines[4] == f"tar czf /tmp/o/study.tgz {STUDY}/results/runs runs/logs"
-  out = _run("studies/arxiv_2505_13027/launch/reproduce_cpu.sh", "--dry_run", "--seeds", "5")
+  out = _run(f"{STUDY}/launch/reproduce_cpu.sh", "--dry_run", "--seeds", "5")
   assert out.returncode == 0, out.stderr
   assert out.stdout.strip().splitlines() == [
-      "python -m studies.arxiv_2505_13027.plan --seeds=5 --workers=1", "python -m studies.arxiv_2505_13027.report"]
+      "python -m studies.arxiv_2505_13027.plan --seeds=5 --workers=1",
+      "python -m studies.arxiv_2505_13027.report"]
 
 
 @pytest.mark.parametrize("args", [
-    ["studies/arxiv_2505_13027/launch/study_gpu.sh", "--dry_run", "x"],
-    ["studies/arxiv_2505_13027/launch/study_gpu.sh", "--dry_run", "600", "0"],
+    [f"{STUDY}/launch/study_gpu.sh", "--dry_run", "x"],
+    [f"{STUDY}/launch/study_gpu.sh", "--dry_run", "600", "0"],
     ["launch/gpu.sh", "--dry_run", "rope", "x"],
     ["launch/gpu.sh", "--dry_run", "rope"],
     ["launch/local.sh", "--dry_run", "--seeds", "0"],
     ["launch/local.sh", "--bogus"],
     ["launch/tpu_vm.sh", "--dry_run", "name"],
-    ["studies/arxiv_2505_13027/launch/task2_cpu.sh", "--dry_run", "alibi"],
-    ["studies/arxiv_2505_13027/launch/study_cpu.sh", "--dry_run", "count/nope-long-dropout0"],  # not CPU-sized
-    ["studies/arxiv_2505_13027/launch/gpu_decide.sh", "--dry_run", "100"],  # below the least budget
-    ["studies/arxiv_2505_13027/launch/gpu_decide.sh", "--dry_run", "x"],
+    [f"{STUDY}/launch/task2_cpu.sh", "--dry_run", "alibi"],
+    [f"{STUDY}/launch/study_cpu.sh", "--dry_run", "count/nope-long-dropout0"],  # not CPU-sized
+    [f"{STUDY}/launch/gpu_decide.sh", "--dry_run", "100"],  # below the least budget
+    [f"{STUDY}/launch/gpu_decide.sh", "--dry_run", "x"],
     ["launch/slurm.sbatch", "rope", "8"],  # not inside a SLURM job
 ])
 def test_bad_arguments_fail(args):
@@ -131,20 +131,20 @@ def test_shellcheck_clean():
 
 
 def test_lengths_study_skips_committed_pes():
-  out = _run("studies/arxiv_2505_13027/launch/lengths_cpu.sh", "rope", "mla")
+  out = _run(f"{STUDY}/launch/lengths_cpu.sh", "rope", "mla")
   assert out.returncode == 0, out.stderr[-2000:]
   assert f"{STUDY}/results/lengths/rope-cpu is committed: skipping rope" in out.stderr
   assert f"{STUDY}/results/lengths/mla-cpu is committed: skipping mla" in out.stderr
 
 
 def test_thesis_study_skips_committed_pes():
-  out = _run("studies/arxiv_2505_13027/launch/thesis_cpu.sh", "rope_additive")
+  out = _run(f"{STUDY}/launch/thesis_cpu.sh", "rope_additive")
   assert out.returncode == 0, out.stderr[-2000:]
   assert f"{STUDY}/results/thesis/rope_additive is committed: skipping rope_additive" in out.stderr
 
 
 def test_thesis_long_budget_skips_committed_pes():
-  out = _run("studies/arxiv_2505_13027/launch/thesis_cpu.sh", "--long", "rope_additive")
+  out = _run(f"{STUDY}/launch/thesis_cpu.sh", "--long", "rope_additive")
   assert out.returncode == 0, out.stderr[-2000:]
   assert (f"{STUDY}/results/thesis-32ep/rope_additive is committed: skipping rope_additive"
           in out.stderr)
@@ -158,7 +158,8 @@ def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path)
   root = tmp_path / "repo"
   _copy_launch_trees(root)
   env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
-  run = lambda *pes: subprocess.run(["bash", "studies/arxiv_2505_13027/launch/thesis_cpu.sh", "--dry_run", "--last_rung",
+  run = lambda *pes: subprocess.run(["bash", f"{STUDY}/launch/thesis_cpu.sh", "--dry_run",
+                                     "--last_rung",
                                      *pes], cwd=root, capture_output=True, text=True, env=env)
   out = run()
   assert out.returncode == 0, out.stderr
@@ -196,18 +197,19 @@ def test_gpu_decide_trains_what_can_still_decide(tmp_path):
 
   def sweeps(lines):
     return [line for line in lines if "experiments.sweep" in line]
-  lines = run("studies/arxiv_2505_13027/launch/gpu_decide.sh", "600", "/tmp/o")
+  lines = run(f"{STUDY}/launch/gpu_decide.sh", "600", "/tmp/o")
   assert len(sweeps(lines)) == 2
   for pe, line in zip(("rope_additive", "rope"), sweeps(lines)):
-    cpu = run("studies/arxiv_2505_13027/launch/thesis_cpu.sh", "--last_rung", pe, GATE="0")
+    cpu = run(f"{STUDY}/launch/thesis_cpu.sh", "--last_rung", pe, GATE="0")
     assert line == "timeout 570 " + cpu[0]
   study = [line.split() for line in lines if "studies.arxiv_2505_13027.plan" in line]
   assert len(study) == 1
   for arg in ("--priority_max=1", "--deadline_s=450", "--skip_settled", "--seeds=8"):
     assert arg in study[0]
   assert sum(line.startswith("tar czf /tmp/o/") for line in lines) >= 3
-  assert not any(line.startswith("tar ") for line in run("studies/arxiv_2505_13027/launch/gpu_decide.sh", "600"))
-  only = [line for line in run("studies/arxiv_2505_13027/launch/gpu_decide.sh", "600", RUNS="count/nope-long-dropout0")
+  assert not any(line.startswith("tar ") for line in run(f"{STUDY}/launch/gpu_decide.sh", "600"))
+  only = [line for line in run(f"{STUDY}/launch/gpu_decide.sh", "600",
+                               RUNS="count/nope-long-dropout0")
           if "studies.arxiv_2505_13027.plan" in line]
   assert "--only=count/nope-long-dropout0" in only[0].split()
   # rope_additive committed: not trained again, and rope only if it converged
@@ -215,14 +217,15 @@ def test_gpu_decide_trains_what_can_still_decide(tmp_path):
   gate.mkdir(parents=True)
   for per_seed, runs_rope in (([True] * 2 + [False] * 3, False), ([True] * 4 + [False], True)):
     (gate / "summary.json").write_text(json.dumps({"plateau": {"per_seed": per_seed}}))
-    got = sweeps(run("studies/arxiv_2505_13027/launch/gpu_decide.sh", "600"))
+    got = sweeps(run(f"{STUDY}/launch/gpu_decide.sh", "600"))
     assert [("--pe=rope" in line.split()) for line in got] == ([True] if runs_rope else [])
 
 
 def test_thesis_count_configuration_dry_run():
   """--count: the registered Task 2 configuration of the 2x2 design (fourth
   amendment): the four PEs, count task, dropout 0, 5 seeds, 24 epochs."""
-  out = _run("studies/arxiv_2505_13027/launch/thesis_cpu.sh", "--dry_run", "--count", FORCE="1")  # committed ones too
+  # committed ones too
+  out = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--count", FORCE="1")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
   pes = [line.split("--pe=")[1].split()[0] for line in lines]
@@ -236,7 +239,7 @@ def test_thesis_count_configuration_dry_run():
 
 def test_task2_cpu_runs_the_plans_dropout0_entries():
   from studies.arxiv_2505_13027 import plan as study
-  out = _run("studies/arxiv_2505_13027/launch/task2_cpu.sh", "--dry_run")
+  out = _run(f"{STUDY}/launch/task2_cpu.sh", "--dry_run")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
   keys = [line.split("--only=")[1].split()[0] for line in lines]
@@ -248,11 +251,11 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   """Every name of the CPU queue is a plan entry, run one at a time in the
   queue's order (not the plan's: learned-long first, it alone can decide (a))."""
   from studies.arxiv_2505_13027 import plan as study
-  out = _run("studies/arxiv_2505_13027/launch/study_cpu.sh", "--dry_run")
+  out = _run(f"{STUDY}/launch/study_cpu.sh", "--dry_run")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
-  # the coupling study's last rung rides in the queue (studies/arxiv_2505_13027/study.md, seventh amendment)
-  thesis = [line for line in lines if "studies/arxiv_2505_13027/launch/thesis_cpu.sh" in line]
+  # the coupling study's last rung rides in the queue (the study's study.md, seventh amendment)
+  thesis = [line for line in lines if f"{STUDY}/launch/thesis_cpu.sh" in line]
   assert [line.split()[-1] for line in thesis] == ["rope_additive", "rope"]
   assert all(line.startswith("env GIT_COMMIT=1 ") and " nice -n 10 " in line
              and "--last_rung" in line for line in thesis)
@@ -274,7 +277,7 @@ def test_study_cpu_queue_is_plan_entries_in_its_own_order():
   assert "distance/nope-faithful-deposit" in skip
   assert all(k.endswith("-deposit") or k.endswith("-long") for k in describe)
   assert sum(k.endswith("-deposit") for k in describe) == 6
-  one = _run("studies/arxiv_2505_13027/launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
+  one = _run(f"{STUDY}/launch/study_cpu.sh", "--dry_run", keys[3], keys[1])
   assert [line.split("--only=")[1].split()[0]
           for line in one.stdout.strip().splitlines()] == [keys[3], keys[1]]
 
@@ -288,7 +291,7 @@ def test_study_cpu_queue_goes_on_after_a_failed_run(tmp_path):
                   f"echo \"$*\" >> {calls}\n"
                   "case \"$*\" in *nope-faithful-deposit*) exit 1 ;; esac\n")
   stub.chmod(0o755)
-  out = _run("studies/arxiv_2505_13027/launch/study_cpu.sh", "distance/nope-faithful-deposit",
+  out = _run(f"{STUDY}/launch/study_cpu.sh", "distance/nope-faithful-deposit",
              "distance/alibi-faithful-deposit", PYTHON=str(stub))
   assert out.returncode == 1, out.stderr
   ran = calls.read_text().splitlines()

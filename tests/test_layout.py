@@ -2,8 +2,8 @@
 inside functions too): the library never reaches up into the programs, the
 benchmarks or a study, and the programs never reach into a study."""
 import ast
-import re
 import os
+import re
 
 import pytest
 

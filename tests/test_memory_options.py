@@ -215,6 +215,7 @@ def test_dtype_is_validated_and_float32_is_recorded_as_the_default():
 
 def test_a_bfloat16_run_trains_and_records_its_dtype(tmp_path):
   import json
+
   from pe_spectral import config, runner
   rc = config.build("smoke", "distance", "rope", steps=24, dtype="bfloat16",
                     learning_rate=3e-3)
@@ -314,6 +315,7 @@ def test_cpu_memory_available_is_what_the_kernel_says_is_free():
   pages the kernel reports free (MemAvailable also counts reclaimable cache),
   at most physical memory."""
   import os
+
   from pe_spectral.train import device_memory_available, device_memory_limit
   free_pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   avail = device_memory_available()

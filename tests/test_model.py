@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from pe_spectral import encodings, positional as P
+from pe_spectral import encodings
+from pe_spectral import positional as P
 from pe_spectral.attention import MultiHeadAttention
 from pe_spectral.config import MODEL_PRESETS as PRESETS
 from pe_spectral.model import ModelConfig, apply_model, init_model
@@ -179,7 +180,8 @@ def test_learned_table_too_short_raises():
     (dict(d_model=30, num_heads=4), "divisible"),
     (dict(pe="rope", d_model=12, num_heads=4), "even head_dim"),
     (dict(pe="partial_rope", pe_options={"heads": 5}, num_heads=2), "rope_heads"),
-    (dict(pe="partial_rope", pe_options={"heads": -1}), r"heads \(rope_heads\) must be an int >= 0"),
+    (dict(pe="partial_rope", pe_options={"heads": -1}),
+     r"heads \(rope_heads\) must be an int >= 0"),
     (dict(pe="partial_rope", pe_options={"heads": 1.5}), "must be an int >= 0, got 1.5"),
     (dict(pe="partial_rope", pe_options={"heads": True}), "must be an int >= 0, got True"),
     (dict(pe="mla", pe_options={"latent_dim": 0}), "latent_dim must be an int >= 1"),
@@ -283,6 +285,7 @@ def test_the_model_reads_its_behaviours_from_the_quirks(monkeypatch):
   exact-GELU feed-forward (oracle: the block recomputed by hand), and turning
   on final_norm adds the final LayerNorm."""
   import dataclasses
+
   from pe_spectral import model as M
   cfg = _cfg("rope", faithful=True, dropout=0.0)
   ids = _ids(jax.random.key(1))

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config, encodings, positional as P, runner, train
+from pe_spectral import config, encodings, runner, train
+from pe_spectral import positional as P
 from pe_spectral.model import ModelConfig, apply_model, init_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,8 +52,9 @@ def test_new_pes_sweep_ablate_decompose_report(tmp_path):
     assert dec["additive_residual_max"] < 1e-4  # CoPE's contextual term sits in B
     # a Hadamard form is checked exactly where the transform is a rotation
     assert (dec["hadamard_residual_max"] is not None) == (pe == "p_rope")
-  _cli("studies.arxiv_2505_13027.report", f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'R.md'}",
-       f"--figdir={tmp_path / 'fig'}", "--ceiling_examples=200", cwd=tmp_path)
+  _cli("studies.arxiv_2505_13027.report", f"--runs={tmp_path / 'runs'}",
+       f"--out={tmp_path / 'R.md'}", f"--figdir={tmp_path / 'fig'}", "--ceiling_examples=200",
+       cwd=tmp_path)
   text = (tmp_path / "R.md").read_text()
   for pe in E2E_PES:
     assert f"| {pe} |" in text

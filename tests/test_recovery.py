@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pe_spectral import runner
-from pe_spectral.checkpoint import CheckpointError, Checkpointer, tree_checksum
+from pe_spectral.checkpoint import Checkpointer, CheckpointError, tree_checksum
 from pe_spectral.errors import Remedy
 
 STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,

@@ -147,7 +147,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   assert verdicts[("a", "clean")] == "**inconclusive**"
   assert "rope − sinusoidal: +7.0" in text and "rope − nope: +87.7" in text
   # (a) is RoPE against every other PE of the plan: the row names the ones not committed
-  a = [line for line in text.splitlines() if line.startswith("| (a) ") and "| clean | study |" in line][0]
+  a = [line for line in text.splitlines()
+       if line.startswith("| (a) ") and "| clean | study |" in line][0]
   assert ("waits for `distance/alibi-study` (P1), `distance/learned-study` (P1), "
           "`distance/relative-study` (P1), `distance/rope_sinusoidal-study` (P1), "
           "`distance/mla-study` (P1) |") in a
@@ -209,7 +210,8 @@ def test_report_verdicts_tables_and_figures(tmp_path):
             "ablation_seeds_distance_rope-deposit.png", "lengths_distance.png"):
     assert os.path.exists(fig / f), f
   # hand-written notes survive a re-render
-  out.write_text(text + "\n<!-- hand-written notes below are kept by studies.arxiv_2505_13027.report -->\nNOTE\n")
+  marker = "<!-- hand-written notes below are kept by studies.arxiv_2505_13027.report -->"
+  out.write_text(text + f"\n{marker}\nNOTE\n")
   subprocess.run(cmd, check=True, capture_output=True)
   assert out.read_text().rstrip().endswith("NOTE")
 
@@ -328,8 +330,8 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   *inconclusive (not converged)* though the rule said otherwise."""
   monkeypatch.syspath_prepend(os.path.dirname(__file__))
   import test_thesis as t
-  from studies.arxiv_2505_13027 import report
-  from studies.arxiv_2505_13027 import thesis
+
+  from studies.arxiv_2505_13027 import report, thesis
   from studies.arxiv_2505_13027.claims import NOT_TESTABLE
   monkeypatch.setattr(report, "thesis_section", lambda *a, **k: [])  # figures: not tested here
 

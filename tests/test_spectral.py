@@ -166,8 +166,10 @@ def test_weyl_and_spread_bounds():
   rng = np.random.default_rng(3)
   n = 40
   for _ in range(10):
-    a = rng.standard_normal((n, n)); a = a + a.T
-    b = rng.standard_normal((n, n)); b = (b + b.T) * rng.uniform(0.1, 5)
+    a = rng.standard_normal((n, n))
+    a = a + a.T
+    b = rng.standard_normal((n, n))
+    b = (b + b.T) * rng.uniform(0.1, 5)
     ea, eb, eab = (np.linalg.eigvalsh(m) for m in (a, b, a + b))
     lo, hi = S.weyl_bounds(ea, eb[0], eb[-1])
     assert (np.asarray(lo) <= eab + 1e-9).all() and (eab <= np.asarray(hi) + 1e-9).all()
@@ -271,7 +273,7 @@ def test_alibi_vmap_over_slopes_equals_loop_and_jit():
   np.testing.assert_allclose(jitted, batched, rtol=1e-6)
   coeffs = jax.vmap(lambda m: S.toeplitz_coeffs(S.alibi_toeplitz(64, m)[:, 0]))(slopes)
   lo, hi = S.toeplitz_eig_bounds(coeffs)
-  for i, m in enumerate(slopes):
+  for i, _m in enumerate(slopes):
     l1, h1 = S.toeplitz_eig_bounds(coeffs[i])
     assert float(lo[i]) == pytest.approx(float(l1)) and float(hi[i]) == pytest.approx(float(h1))
   jl, jh = jax.jit(S.toeplitz_eig_bounds)(coeffs)

@@ -10,8 +10,6 @@ import time
 
 import jax
 import pytest
-
-
 from conftest import SWEEP_COMMON as COMMON
 from conftest import run_sweep as _sweep
 
@@ -297,9 +295,9 @@ def test_help_exits_0():
 def test_any_config_field_from_the_command_line(tmp_path):
   """--config.<section>.<field> reaches config.json and the default workdir's
   name; a resume with another value is refused, naming the field."""
-  out = _sweep("--preset=smoke", "--seeds=1", "--steps=2", "--eval_every=2",
-               "--config.model.d_ff=48", "--config.train.b2=0.99",
-               "--config.task.max_len=22", cwd=tmp_path)
+  _sweep("--preset=smoke", "--seeds=1", "--steps=2", "--eval_every=2",
+         "--config.model.d_ff=48", "--config.train.b2=0.99",
+         "--config.task.max_len=22", cwd=tmp_path)
   wd = tmp_path / "runs" / "distance" / "rope-smoke-d_ff48-task.max_len22-b20.99"
   with open(wd / "config.json") as f:
     run = json.load(f)["run"]

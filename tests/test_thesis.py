@@ -238,7 +238,7 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   from studies.arxiv_2505_13027 import report, report_thesis
   truns = report_thesis.load_thesis(str(root))
   assert list(truns) == ["rope", "rope_additive"]
-  for pe, r in truns.items():
+  for r in truns.values():
     assert len(r["curvature"]) == len(r["spectra"]) == len(r["metrics"]) == 2
     assert np.asarray(r["curvature"][0]["precond_sharpness"]).shape == (2,)
     assert thesis.per_step_losses(r).shape == (2, 16)  # every step's batch loss
@@ -436,6 +436,7 @@ def test_one_convergence_rule_for_claims_and_thesis():
   """claims.enough_plateaued is the rule both modules apply: >= 2/3 of the
   seeds, checked against exact fractions for every seed count up to 40."""
   from fractions import Fraction
+
   from studies.arxiv_2505_13027 import claims
   for n in range(1, 41):
     for k in range(n + 1):

@@ -374,7 +374,8 @@ def claims(runs, pilots=()) -> list[dict]:
       used = ([ref] if ref is not None else []) + others
       at = dict(preset=P1, pending=bool(missing), reference=ref)
       out.append({"id": "a", "mode": mode, "preset": P1, "judged": judged, "missing": missing,
-                  "claim": f"Task 1: {'the paper' + chr(39) + 's rope (sinusoid + rotary)' if faithful else 'RoPE'} "
+                  "claim": "Task 1: " + ("the paper's rope (sinusoid + rotary)" if faithful
+                                         else "RoPE") + " "
                            "beats every other PE",
                   "paper": "RoPE 92.64 %, MLA 88.34 % (one seed each)",
                   "rows": rows, "verdict": scale_verdict(rows, used, **at),
@@ -415,7 +416,8 @@ def claims(runs, pilots=()) -> list[dict]:
                for pe, r in dep.items() if r is None or not r.get("ablation")]
     out.append({"id": "c", "mode": mode, "preset": DEPOSIT_PRESET, "missing": missing,
                 "claim": f"Deposit ({DEPOSIT_PRESET} preset): one early-layer head carries "
-                         f"the ablation damage in {_frac_txt(DEPOSIT_SEED_FRAC)} of {ref_pe} seeds; "
+                         f"the ablation damage in {_frac_txt(DEPOSIT_SEED_FRAC)} of "
+                         f"{ref_pe} seeds; "
                          "absent in NoPE and ALiBi, weaker in MLA",
                 "paper": "≈ 60 % drop from one layer-1 head of 'rope'",
                 "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe),

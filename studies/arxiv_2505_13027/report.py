@@ -29,12 +29,12 @@ from pe_spectral import xla_config
 
 xla_config.tune_cpu()
 
+import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
 from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
 from studies.arxiv_2505_13027 import presets as _presets  # noqa: E402,F401 (registers them)
-import numpy as np  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("runs", os.path.join(RESULTS, "runs"),
@@ -60,22 +60,43 @@ flags.DEFINE_list("thesis_count", [os.path.join(RESULTS, "thesis-count")],
                   "Directories of the coupling study's Task 2 runs (launch/thesis_cpu.sh "
                   "--count; study.md, fourth amendment), judged on their own.")
 
-from studies.arxiv_2505_13027.claims import (  # noqa: E402
-    CONVERGED_FRAC, DEPOSIT_PRESET, DEPOSIT_RATIO, LONG_PRESET, PAPER_EXAMPLES,
-    PAPER_MLA_FACTOR, STUDY_PRESET, _frac_txt, claims, compare, converged, deposit_rule,
-    NOT_TESTABLE, REFUTATION, cannot_change, claim_g_of, faithful_task2_pilots,
-    plateau_of, run_spec)
+from pe_spectral.workdir import load_runs  # noqa: E402
+from studies.arxiv_2505_13027.claims import (  # noqa: E402  # noqa: E402
+  CONVERGED_FRAC,
+  DEPOSIT_PRESET,
+  DEPOSIT_RATIO,
+  LONG_PRESET,
+  NOT_TESTABLE,
+  PAPER_EXAMPLES,
+  PAPER_MLA_FACTOR,
+  REFUTATION,
+  STUDY_PRESET,
+  _frac_txt,
+  cannot_change,
+  claim_g_of,
+  claims,
+  compare,
+  config_variant,
+  converged,
+  deposit_rule,
+  faithful_task2_pilots,
+  plateau_of,
+  run_spec,
+  variant_label,
+)
 from studies.arxiv_2505_13027.claims import budget_override as _budget  # noqa: E402
-from studies.arxiv_2505_13027.claims import config_variant, variant_label  # noqa: E402
 from studies.arxiv_2505_13027.claims import encoding_of as _encoding  # noqa: E402
 from studies.arxiv_2505_13027.claims import mode_of as _mode  # noqa: E402
 from studies.arxiv_2505_13027.claims import paper_number as _paper  # noqa: E402
 from studies.arxiv_2505_13027.claims import preset_label as _preset  # noqa: E402
 from studies.arxiv_2505_13027.claims import run_label as _label  # noqa: E402
-from pe_spectral.workdir import load_runs  # noqa: E402
 from studies.arxiv_2505_13027.report_lengths import lengths_section, load_lengths  # noqa: E402
 from studies.arxiv_2505_13027.report_thesis import (  # noqa: E402
-    thesis_budget, load_thesis_budgets, thesis_section, thesis_task_label)
+  load_thesis_budgets,
+  thesis_budget,
+  thesis_section,
+  thesis_task_label,
+)
 
 
 def _plateau_txt(r) -> str:
@@ -117,7 +138,8 @@ def spectra_section(runs) -> list[str]:
       dep = f"{d['deposit_head_ratio_mean']:.3f} vs {d['other_heads_ratio_mean']:.3f}"
     for l in range(ratio.shape[0]):
       lines.append(
-          f"| {r['task']} | {_label(r)}{_budget(r)} | {'faithful' if r['faithful'] else 'clean'} | {l} | "
+          f"| {r['task']} | {_label(r)}{_budget(r)} | "
+          f"{'faithful' if r['faithful'] else 'clean'} | {l} | "
           f"{ratio[l].mean():.3f} [{ratio[l].min():.3f}, {ratio[l].max():.3f}] | "
           f"{dep if l == 0 else ''} | {spread[l].mean():.2f} | {bias[l].mean():.2f} | "
           f"{nob[l].mean():.2f} |")
@@ -322,7 +344,8 @@ def study_table(runs, task, ceil=None) -> list[str]:
     paper_ex = PAPER_EXAMPLES[task] * (
         PAPER_MLA_FACTOR if enc is not None and enc.latent_attention and r["faithful"] else 1)
     seen = r.get("examples_seen")
-    seen_txt = "?" if seen is None else f"{seen / 1e3:.0f} k / {paper_ex / 1e6:.1f} M ({seen / paper_ex:.1%})"
+    seen_txt = ("?" if seen is None else
+                f"{seen / 1e3:.0f} k / {paper_ex / 1e6:.1f} M ({seen / paper_ex:.1%})")
     paper = _paper(r)
     med, k, n = examples_to(r)
     to90 = f"{'—' if med is None else f'{med / 1e3:.0f} k'}; {k}/{n}"
@@ -501,8 +524,8 @@ def compute_line(runs) -> str:
 def _ceilings(runs, n_examples) -> dict:
   """{preset: (Bayes %, ambiguous %, permutation-invariant %, n)} for the Task 1
   presets present; presets that generate the same data share one computation."""
-  from pe_spectral import config as configs
   from pe_spectral import ceilings, tasks
+  from pe_spectral import config as configs
   out, by_data = {}, {}
   for p in sorted({r["preset"] for r in runs if r["task"] == "distance"}):
     cfg = configs.task_config(p, "distance")
@@ -546,10 +569,12 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   f = thesis.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": "not run"}
   fv = []
   for kernel, p in f["pairs"].items():
-    fv.append(f"{kernel}: examples A − M {_ci_txt(p['examples']['mean'] / 1e3, p['examples']['lo'] / 1e3, p['examples']['hi'] / 1e3)} k; "
-              f"peak sharpness A − M {_ci_txt(p['sharpness']['mean'], p['sharpness']['lo'], p['sharpness']['hi'], '{:+.0f}')}; "
-              f"spikes{_floor_txt(p['spike_floor'])} A − M {_ci_txt(p['spikes']['mean'], p['spikes']['lo'], p['spikes']['hi'])} → "
-              f"{p['verdict']}")
+    ex, sh, sp = p["examples"], p["sharpness"], p["spikes"]
+    fv.append(f"{kernel}: examples A − M "
+              f"{_ci_txt(ex['mean'] / 1e3, ex['lo'] / 1e3, ex['hi'] / 1e3)} k; "
+              f"peak sharpness A − M {_ci_txt(sh['mean'], sh['lo'], sh['hi'], '{:+.0f}')}; "
+              f"spikes{_floor_txt(p['spike_floor'])} A − M "
+              f"{_ci_txt(sp['mean'], sp['lo'], sp['hi'])} → {p['verdict']}")
   rows.append(("f", "Optimisation: in each pair the multiplicative member reaches 90 % of its "
                "final accuracy with fewer examples, with lower peak preconditioned sharpness "
                "or fewer spikes", "<br>".join(fv) or "—", f["verdict"]))
@@ -629,7 +654,8 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
   src = rel(runs_dir) if runs_dir else "results/runs"  # as seen from the report
   parts = ["# Results", "",
-           f"Generated by `python -m studies.arxiv_2505_13027.report` on {time.strftime('%Y-%m-%d')} from "
+           "Generated by `python -m studies.arxiv_2505_13027.report` on "
+           f"{time.strftime('%Y-%m-%d')} from "
            f"{len(runs)} run(s) under `{src}`. Every number below is read from the runs' "
            "committed `summary.json`, `metrics.jsonl` and `ablation*.json`. "
            + compute_line(runs), ""]

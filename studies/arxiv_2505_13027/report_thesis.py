@@ -51,7 +51,8 @@ def thesis_budget(truns: dict) -> str:
 
 def _thesis_table(truns: dict) -> list[str]:
   lines = [
-      "| PE | coupling | test acc % | plateaued | coupling ratio L0 / L1 (geo-mean over training) | "
+      "| PE | coupling | test acc % | plateaued | "
+      "coupling ratio L0 / L1 (geo-mean over training) | "
       "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | peak in the first half "
       "(mean) | peak at (median fraction of training) | loss spikes (total; "
       f"of them above loss {thesis.SPIKE_FLOOR_SENSITIVITY:g}) |",
@@ -151,7 +152,8 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
                                 f"{pe}: layer 0, accuracy drop (points) with one head's "
                                 "rotary pair unrotated; deposit head boxed")
     e, n = thesis.budget(r)
-    lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** Each (layer, head, rotary "
+    lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** "
+              "Each (layer, head, rotary "
               f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
               f"{fr['num_examples']} test examples; the deposit head is the layer-0 head whose "
               "knock-out costs most (head ablation). Per seed: the deposit head's largest "

@@ -24,7 +24,8 @@ __all__ = ["PAIRS", "CONVERGED_FRAC", "converged", "coupling_ratio", "ratio_over
 
 # (kernel, multiplicative member, additive member)
 PAIRS = (("rotary", "rope", "rope_additive"), ("decay", "alibi_multiplicative", "alibi"))
-CONVERGED_FRAC = 2.0 / 3.0  # the study's (claims.CONVERGED_FRAC; claims.enough_plateaued applies it)
+# the study's (claims.CONVERGED_FRAC; claims.enough_plateaued applies it)
+CONVERGED_FRAC = 2.0 / 3.0
 THRESHOLD_FRAC = 0.9
 # The last budget of the Task 1 ladder (study.md, seventh amendment): a
 # pair with a member that did not converge at this many epochs or more is not
@@ -354,6 +355,7 @@ def load(workdir: str, coupling: Optional[str] = None) -> dict:
   """A thesis run from a workdir's files (``coupling``: default the PE's)."""
   import json
   import os
+
   from pe_spectral import encodings
   read = lambda name: json.load(open(os.path.join(workdir, name)))
   def jsonl(name):
@@ -363,7 +365,8 @@ def load(workdir: str, coupling: Optional[str] = None) -> dict:
     with open(path) as f:
       return [json.loads(line) for line in f if line.strip()]
   summary = read("summary.json")
-  return {"workdir": workdir, "summary": summary, "config": read("config.json"), "metrics": jsonl("metrics.jsonl"),
+  return {"workdir": workdir, "summary": summary, "config": read("config.json"),
+          "metrics": jsonl("metrics.jsonl"),
           "steps": jsonl("steps.jsonl"), "spectra": jsonl("spectra.jsonl"),
           "curvature": jsonl("curvature.jsonl"),
           "coupling": coupling or encodings.get(summary["pe"]).coupling}
