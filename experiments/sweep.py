@@ -42,6 +42,9 @@ flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
 flags.DEFINE_string("preset", "cpu",
                     "Sizes: smoke (tests), cpu (default, minutes), paper (GPU), or one a "
                     "--presets_from module registers (docs/presets.md).")
+flags.DEFINE_bool("tensorboard", True,
+                  "Also write TensorBoard event files in the workdir (<workdir>/tb/, one "
+                  "directory per seed and one for the mean) when tensorboardX is installed.")
 flags.DEFINE_list("presets_from", [],
                   "Modules to import first that register presets "
                   "(config.register_preset), e.g. studies.arxiv_2505_13027.presets "
@@ -352,6 +355,11 @@ def main(argv):
   seeds = list(range(FLAGS.seed, FLAGS.seed + FLAGS.seeds))
   import jax
   quiet = jax.process_index() != 0
+  from pe_spectral import events  # noqa: E402
+  tensorboard = FLAGS.tensorboard and events.available()
+  if FLAGS.tensorboard and not tensorboard and not quiet:
+    print(f"note: no TensorBoard event files without tensorboardX ({events.INSTALL_HINT}); "
+          "training as usual", file=sys.stderr)
   rows = []
   for rc, workdir in runs:
     tag = os.path.relpath(workdir)
@@ -370,7 +378,8 @@ def main(argv):
                               memory_fraction=FLAGS.memory_fraction),
             runner.Hooks(progress=None if quiet else _progress(tag, ctrl_c),
                          notify=(lambda msg: None) if quiet else _notify(tag),
-                         should_stop=lambda: ctrl_c.requested))
+                         should_stop=lambda: ctrl_c.requested),
+            recorders=[events.TensorBoardRecorder()] if tensorboard else [])
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,
             runner.CheckpointError, runner.WorkdirBusyError) as e:
       print(f"error: {cli.error_line(e)}", file=sys.stderr)

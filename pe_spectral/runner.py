@@ -359,6 +359,7 @@ class Evaluation(NamedTuple):
   states: Any         # the seed-stacked train state at ``step``
   losses: np.ndarray  # [seeds, steps of the chunk]: each step's loss before its update
   metrics: dict       # the metrics.jsonl row (accuracies, losses, examples seen)
+  rows: dict          # {file name: row} the JSONL recorders before this one wrote
 
 
 class Recorder:
@@ -399,6 +400,7 @@ class JsonlRecorder(Recorder):
 
   def record(self, ev: Evaluation) -> None:
     row = self.row(ev)
+    ev.rows[self.name] = row
     if ev.session.writer:
       with open(self.path(ev.session), "a") as f:
         f.write(json.dumps(row, allow_nan=self.allow_nan) + "\n")
@@ -487,7 +489,7 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
     rec = {key: json_safe(v) for key, v in rec.items()}
     records.append(rec)
     t_rec = time.time()
-    ev = Evaluation(session, step, step - k, states, losses, rec)
+    ev = Evaluation(session, step, step - k, states, losses, rec, {})
     for r in recorders:
       r.record(ev)
     rec_s = time.time() - t_rec  # the recorders (a first spectra/curvature call compiles)
