@@ -42,7 +42,10 @@ _SPECTRA = ("contraction_ratio", "widening_ratio", "spread", "stable_rank")
 
 def available() -> bool:
   """Whether the writer (``tensorboardX``) can be imported."""
-  return importlib.util.find_spec("tensorboardX") is not None
+  try:
+    return importlib.util.find_spec("tensorboardX") is not None
+  except (ImportError, ValueError):  # blocked (sys.modules entry None) or broken
+    return False
 
 
 def _finite(v) -> Optional[float]:

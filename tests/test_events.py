@@ -91,3 +91,22 @@ def test_the_converter_writes_a_committed_runs_events(tmp_path):
   _compare(wd, seeds, steps)
   assert events.convert(wd) == n  # again: written afresh, not appended
   _compare(wd, seeds, steps)
+
+
+def test_a_sweep_without_the_writer_says_so_in_one_line_and_trains(tmp_path):
+  """No tensorboardX (blocked here through sitecustomize): one note line, the
+  run trains and writes everything else, and no tb/ directory."""
+  import subprocess
+  import sys
+  block = tmp_path / "block"
+  block.mkdir()
+  (block / "sitecustomize.py").write_text("import sys\nsys.modules['tensorboardX'] = None\n")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(block), os.path.abspath(ROOT)]))
+  wd = tmp_path / "run"
+  out = subprocess.run([sys.executable, "-m", "experiments.sweep", "--preset=smoke",
+                        "--pe=rope", "--seeds=1", "--steps=4", "--eval_every=2",
+                        f"--workdir={wd}"], capture_output=True, text=True, env=env, cwd=ROOT)
+  assert out.returncode == 0, out.stderr[-2000:]
+  notes = [line for line in out.stderr.splitlines() if "tensorboardX" in line]
+  assert len(notes) == 1 and notes[0].startswith("note: no TensorBoard event files")
+  assert (wd / "summary.json").exists() and not (wd / events.SUBDIR).exists()
