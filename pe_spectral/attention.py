@@ -21,11 +21,13 @@ from jax import lax
 from pe_spectral import positional, rng, speed
 
 __all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout",
+           "MASK_VALUE",
            "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
 # keys are all masked (such a row attends uniformly, and callers never pool it).
 _MASK_VALUE = -1e30
+MASK_VALUE = _MASK_VALUE  # what a masked logit becomes (decompose's attention maps too)
 
 
 def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:

@@ -40,9 +40,10 @@ from flax import nnx
 
 from pe_spectral import devices
 from pe_spectral import spectral as S
+from pe_spectral.attention import MASK_VALUE
 from pe_spectral.model import PAD_ID
 
-__all__ = ["layer_terms", "decompose", "summarize"]
+__all__ = ["layer_terms", "decompose", "summarize", "attention_maps"]
 
 
 def layer_terms(graphdef, params, ids, layer: int) -> dict:
@@ -186,3 +187,17 @@ def summarize(graphdef, params, ids, num_layers: int) -> list[dict]:
 def decompose(graphdef, params, ids, layer: int) -> dict:
   """The raw terms of one layer for seed-stacked ``params`` (``[seeds, batch, heads, n, n]``)."""
   return jax.vmap(lambda p: layer_terms(graphdef, p, ids, layer))(params)
+
+
+def attention_maps(graphdef, params, ids, layer: int) -> jax.Array:
+  """Attention probabilities of one layer for seed-stacked ``params``:
+  ``[seeds, batch, heads, n, n]``, each row the softmax over keys of the
+  logits :func:`layer_terms` computes (``"logits"``), masked as the model
+  masks them (padding in clean mode, future keys when causal)."""
+  def one(p):
+    logits = layer_terms(graphdef, p, ids, layer)["logits"]
+    mask = nnx.merge(graphdef, p).attention_mask(ids)  # [batch, 1, q, k] or None
+    if mask is not None:
+      logits = jnp.where(mask, logits, MASK_VALUE)
+    return jax.nn.softmax(logits, axis=-1)
+  return jax.vmap(one)(params)

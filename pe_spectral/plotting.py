@@ -1,6 +1,8 @@
 """Matplotlib figures (Agg backend; files only, never a window)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed", "seed_band", "save_figure",
-           "length_curves"]
+           "attention_maps", "length_curves"]
 
 
 def seed_band(ax, x, per_seed, label, color):
@@ -150,6 +152,32 @@ def ablation_heatmap(mean_drop, path: str, title: str = "") -> None:
   ax.set_ylabel("layer")
   ax.set_title(title, fontsize=7)
   fig.colorbar(im, ax=ax, label="accuracy drop (points)", shrink=0.8)
+  save_figure(fig, path)
+
+
+def attention_maps(maps, path: str, title: str = "", length: Optional[int] = None) -> None:
+  """One example's attention maps, a panel per (layer, head): ``maps`` is
+  ``[layers, heads, n, n]`` (rows: queries, columns: keys; e.g.
+  ``decompose.attention_maps`` of one seed and example, stacked over layers);
+  ``length`` crops to the example's tokens (its padding left out)."""
+  m = np.asarray(maps, float)
+  layers, heads = m.shape[:2]
+  n = m.shape[-1] if length is None else int(length)
+  fig, axes = plt.subplots(layers, heads, figsize=(1.6 * heads + 0.8, 1.6 * layers + 0.6),
+                           dpi=110, squeeze=False)
+  for l in range(layers):
+    for h in range(heads):
+      ax = axes[l, h]
+      ax.imshow(m[l, h, :n, :n], cmap="viridis", vmin=0.0, vmax=float(m[l, h, :n, :n].max()))
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if l == 0:
+        ax.set_title(f"head {h}", fontsize=7)
+      if h == 0:
+        ax.set_ylabel(f"layer {l}\nquery", fontsize=7)
+      if l == layers - 1:
+        ax.set_xlabel("key", fontsize=7)
+  fig.suptitle(title, fontsize=8)
   save_figure(fig, path)
 
 

@@ -294,3 +294,44 @@ def test_decompose_cli(sweep_reference, tmp_path):
   assert np.asarray(res["contraction_ratio_median"]).shape == (2, 2, 2)  # seeds, L, H
   assert res["additive_residual_max"] < 1e-4 and res["hadamard_residual_max"] < 1e-3
   assert os.path.getsize(os.path.join(wd, "contraction.png")) > 1000
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi", "alibi_multiplicative"])
+def test_attention_maps_are_the_models_own_probabilities(pe, monkeypatch):
+  """decompose.attention_maps: the softmax of the logits layer_terms computes,
+  masked as the model masks them, equals the probabilities the model's own
+  forward pass computes (captured there); every row sums to 1 and the padded
+  keys of the short example get nothing."""
+  from pe_spectral import attention, plotting
+  cfg = ModelConfig(pe=pe, **TINY)  # clean mode: padding masked
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  ids = _ids()  # the second example has 6 tokens, then padding
+  captured = []
+  original = attention.softmax_probs
+  def spy(*args, **kw):
+    probs = original(*args, **kw)
+    captured.append(np.asarray(probs))
+    return probs
+  monkeypatch.setattr(attention, "softmax_probs", spy)
+  nnx.merge(graphdef, params)(ids)  # un-jitted: concrete values reach the spy
+  monkeypatch.setattr(attention, "softmax_probs", original)
+  assert len(captured) == cfg.num_layers
+  stacked = jax.tree.map(lambda x: x[None], params)  # one seed
+  maps = [np.asarray(D.attention_maps(graphdef, stacked, ids, layer))[0]
+          for layer in range(cfg.num_layers)]
+  for layer, m in enumerate(maps):
+    assert m.shape == (2, cfg.num_heads, 10, 10)
+    np.testing.assert_allclose(m, captured[layer].reshape(m.shape), atol=2e-6)
+    # and the float64 softmax of decompose's own logits, padded keys left out
+    logits = _np(D.layer_terms(graphdef, params, ids, layer)["logits"])
+    keys = (np.asarray(ids) != 0)[:, None, None, :]
+    z = np.where(keys, logits, -np.inf)
+    want = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(m, want / want.sum(-1, keepdims=True), atol=2e-6)
+    np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    assert np.all(m[1, :, :, 6:] < 1e-6)
+  import tempfile
+  with tempfile.TemporaryDirectory() as d:  # and the figure of one example draws
+    path = f"{d}/maps.png"
+    plotting.attention_maps(np.stack([m[1] for m in maps]), path, "example 1", length=6)
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
