@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The converged study (experiments/study.py) on this machine, then the report.
+# The converged study (plan.py) on this machine, then the report.
 # Runs whose small files are already committed under results/runs/ are
 # skipped, and an interrupted run resumes from its checkpoint under runs/, so
 # the study continues across sessions: rerun it, commit results/runs/.
