@@ -374,7 +374,7 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   verdict, so the runs it still lists cannot change it; anything else --
   a row that waits, a Task 2 row not testable from pilots -- can still
   change. waiting() gives every listed run once per row, with that reason."""
-  from studies.arxiv_2505_13027 import thesis
+  from studies.arxiv_2505_13027 import claims as rules
   lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
   assert C.cannot_change(_by_id(lose, "a")) == C.REFUTATION
   assert C.cannot_change(_by_id(lose[:1], "a")) is None  # waits: no comparison yet
@@ -399,7 +399,7 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   assert g["fractions"] == {"rope": 1.0, "alibi": 0.0}
   assert C.cannot_change(g) == "alibi did not converge"
   w = C.waiting(runs)
-  rest = [pe for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE if pe not in ("rope", "alibi")]
+  rest = [pe for pe in rules.G_MULTIPLICATIVE + rules.G_ADDITIVE if pe not in ("rope", "alibi")]
   for pe in rest:  # only (g) waits for these, and it is settled
     assert [why for s, why in w if s == C.run_spec("distance", pe, preset="deposit")] == [
         "alibi did not converge"]

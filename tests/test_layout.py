@@ -76,10 +76,12 @@ def test_every_layer_is_walked():
   assert "studies.arxiv_2505_13027.claims" in _modules("studies")
 
 
-def test_library_modules_have_no_import_cycle():
-  """The library's modules import one another without a cycle, counting the
-  imports inside functions too (so none of them can be hiding one)."""
-  mods = _modules("pe_spectral")
+@pytest.mark.parametrize("package", ["pe_spectral", "experiments", "studies"])
+def test_modules_have_no_import_cycle(package):
+  """A package's modules (the library's, the programs', a study's) import one
+  another without a cycle, counting the imports inside functions too (so none
+  of them can be hiding one)."""
+  mods = _modules(package)
   graph = {m: {n for n in imports_of(p, m) if n in mods and n != m} for m, p in mods.items()}
   state = {}
 

@@ -331,7 +331,8 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   monkeypatch.syspath_prepend(os.path.dirname(__file__))
   import test_thesis as t
 
-  from studies.arxiv_2505_13027 import report, thesis
+  from studies.arxiv_2505_13027 import claims as rules
+  from studies.arxiv_2505_13027 import report
   from studies.arxiv_2505_13027.claims import NOT_TESTABLE
   monkeypatch.setattr(report, "thesis_section", lambda *a, **k: [])  # figures: not tested here
 
@@ -342,7 +343,7 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   judged["rope_additive"] = at(t._run("rope_additive", "additive", ratio=1.2, speed=5,
                                       plateaued=1, seeds=5), 64)
   last = at(t._run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=2, seeds=5),
-            thesis.LAST_RUNG_EPOCHS)
+            rules.LAST_RUNG_EPOCHS)
 
   def f_row(superseded):
     out = report.render([], str(tmp_path / "R.md"), str(tmp_path / "fig"), 100,
@@ -353,4 +354,4 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   assert "rotary: inconclusive (not converged)" in f_row([])
   row = f_row([{"rope_additive": last}])
   assert (f"rotary: {NOT_TESTABLE} (rope_additive did not converge at "
-          f"{thesis.LAST_RUNG_EPOCHS} epochs: 2/5 seeds plateaued)") in row
+          f"{rules.LAST_RUNG_EPOCHS} epochs: 2/5 seeds plateaued)") in row

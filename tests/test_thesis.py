@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pe_spectral import stats
-from studies.arxiv_2505_13027 import thesis
+from studies.arxiv_2505_13027 import claims as rules
 
 
 def _run(pe, coupling, *, ratio, speed, sharp=100.0, spikes=0, plateaued=8, seeds=8,
@@ -67,55 +67,55 @@ def test_each_pair_is_judged_at_its_longest_complete_budget():
   short = {pe: _with_budget(r, 16) for pe, r in _four().items()}
   long_ = {pe: _with_budget(r, 32) for pe, r in _four().items()
            if pe in ("rope", "rope_additive", "alibi")}   # alibi's partner missing
-  judged, sup = thesis.judged_runs([short, long_])
+  judged, sup = rules.judged_runs([short, long_])
   assert list(judged) == ["rope", "rope_additive", "alibi_multiplicative", "alibi"]
-  assert [thesis.budget(judged[pe])[0] for pe in judged] == [32, 32, 16, 16]
+  assert [rules.budget(judged[pe])[0] for pe in judged] == [32, 32, 16, 16]
   assert [sorted(b) for b in sup] == [["rope", "rope_additive"], ["alibi"]]
   # Order of the directories does not matter; an unpaired extra PE rides along.
   extra = {"nope": _with_budget(_run("nope", "additive", ratio=1.0, speed=3), 8)}
-  judged2, sup2 = thesis.judged_runs([long_, short, extra])
-  assert {pe: thesis.budget(r) for pe, r in judged2.items()} == {
+  judged2, sup2 = rules.judged_runs([long_, short, extra])
+  assert {pe: rules.budget(r) for pe, r in judged2.items()} == {
       "rope": (32, 8), "rope_additive": (32, 8), "alibi_multiplicative": (16, 8),
       "alibi": (16, 8), "nope": (8, 8)}
   assert [sorted(b) for b in sup2] == [["alibi"], ["rope", "rope_additive"]]
   # Only a shorter pair member at the longer budget: nothing moves.
-  judged3, _ = thesis.judged_runs([short, {"rope": long_["rope"]}])
-  assert thesis.budget(judged3["rope"])[0] == 16
-  assert thesis.judged_runs([]) == ({}, [])
+  judged3, _ = rules.judged_runs([short, {"rope": long_["rope"]}])
+  assert rules.budget(judged3["rope"])[0] == 16
+  assert rules.judged_runs([]) == ({}, [])
 
 
 def test_claim_e_reproduced_refuted_inconclusive():
-  assert thesis.claim_e(_four())["verdict"] == "reproduced"
+  assert rules.claim_e(_four())["verdict"] == "reproduced"
   wrong = _four(rope=_run("rope", "multiplicative", ratio=1.3, speed=2))
-  res = thesis.claim_e(wrong)
+  res = rules.claim_e(wrong)
   assert res["verdict"] == "refuted"
   assert not [r for r in res["rows"] if r["pe"] == "rope"][0]["holds"]
   flat = _four(alibi=_run("alibi", "additive", ratio=1.0, speed=6, noise=0.3))
-  assert thesis.claim_e(flat)["verdict"] == "inconclusive"
+  assert rules.claim_e(flat)["verdict"] == "inconclusive"
   three = _four()
   del three["alibi"]
-  assert thesis.claim_e(three)["verdict"] == "inconclusive"  # a PE missing
+  assert rules.claim_e(three)["verdict"] == "inconclusive"  # a PE missing
 
 
 def test_claim_f_pairs():
-  res = thesis.claim_f(_four())
+  res = rules.claim_f(_four())
   assert res["verdict"] == "reproduced"
   ex = res["pairs"]["rotary"]["examples"]
   assert ex["mean"] == pytest.approx(300.0)  # (5 - 2) evaluations of 100 examples
   slower = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=7, sharp=50))
-  assert thesis.claim_f(slower)["pairs"]["rotary"]["verdict"] == "refuted"
-  assert thesis.claim_f(slower)["verdict"] == "refuted"
+  assert rules.claim_f(slower)["pairs"]["rotary"]["verdict"] == "refuted"
+  assert rules.claim_f(slower)["verdict"] == "refuted"
   # faster but sharper and spikier: the secondary parts refute it
   sharp = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200,
                           spikes=2))
-  assert thesis.claim_f(sharp)["pairs"]["rotary"]["verdict"] == "refuted"
+  assert rules.claim_f(sharp)["pairs"]["rotary"]["verdict"] == "refuted"
   # faster, sharper, but fewer spikes: the "or" holds
   spiky_add = _four(rope=_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200),
                     rope_additive=_run("rope_additive", "additive", ratio=1.2, speed=5,
                                        sharp=90, spikes=3))
-  assert thesis.claim_f(spiky_add)["pairs"]["rotary"]["verdict"] == "reproduced"
+  assert rules.claim_f(spiky_add)["pairs"]["rotary"]["verdict"] == "reproduced"
   unconv = _four(alibi=_run("alibi", "additive", ratio=1.5, speed=6, plateaued=3))
-  res = thesis.claim_f(unconv)
+  res = rules.claim_f(unconv)
   assert res["pairs"]["decay"]["verdict"] == "inconclusive (not converged)"
   assert res["verdict"].startswith("inconclusive")
 
@@ -123,8 +123,8 @@ def test_claim_f_pairs():
 def test_spike_counts_and_examples_to_threshold():
   run = _run("x", "additive", ratio=1.0, speed=[1, 2, 3, 4, 5, 6, 7, 8], spikes=[0, 1, 2, 3,
                                                                                  0, 0, 0, 0])
-  np.testing.assert_array_equal(thesis.spike_counts(run), [0, 1, 2, 3, 0, 0, 0, 0])
-  np.testing.assert_array_equal(thesis.examples_to_threshold(run), 100 * np.arange(1, 9))
+  np.testing.assert_array_equal(rules.spike_counts(run), [0, 1, 2, 3, 0, 0, 0, 0])
+  np.testing.assert_array_equal(rules.examples_to_threshold(run), 100 * np.arange(1, 9))
   # a spike inside the warm-up (skip) is not counted
   x = np.ones(60)
   x[5] = 9.0
@@ -154,21 +154,21 @@ def test_spike_floor_is_in_force_only_for_pairs_judged_at_64_epochs():
   four = _four(rope=tiny(_run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200), 4),
                rope_additive=_run("rope_additive", "additive", ratio=1.2, speed=5, sharp=90,
                                   spikes=3))
-  short = thesis.claim_f(four)["pairs"]["rotary"]
+  short = rules.claim_f(four)["pairs"]["rotary"]
   assert short["spike_floor"] == 0.0 and short["spikes"]["mean"] == pytest.approx(-1.0)
   assert short["verdict"] == "refuted"  # sharper and (by the old count) spikier
   long = {pe: _with_budget(r, 64) for pe, r in four.items()}
-  rot = thesis.claim_f(long)["pairs"]["rotary"]
+  rot = rules.claim_f(long)["pairs"]["rotary"]
   assert rot["spike_floor"] == 0.1 and rot["spikes"]["mean"] == pytest.approx(3.0)
   assert rot["verdict"] == "reproduced"
   # one member short of 64 epochs: the pair keeps the registered rule without floor
   mixed = dict(long, rope=four["rope"])
-  assert thesis.claim_f(mixed)["pairs"]["rotary"]["spike_floor"] == 0.0
+  assert rules.claim_f(mixed)["pairs"]["rotary"]["spike_floor"] == 0.0
   # the Task 2 configuration (fourth amendment): the floor at any budget
   count = {pe: _with_budget(r, 24, task="count") for pe, r in four.items()}
-  rot = thesis.claim_f(count)["pairs"]["rotary"]
+  rot = rules.claim_f(count)["pairs"]["rotary"]
   assert rot["spike_floor"] == 0.1 and rot["verdict"] == "reproduced"
-  assert thesis.registered_spike_floor(count["rope"], four["rope_additive"]) == 0.0
+  assert rules.registered_spike_floor(count["rope"], four["rope_additive"]) == 0.0
 
 
 def test_peak_sharpness_over_the_first_half_and_where_it_falls():
@@ -177,29 +177,29 @@ def test_peak_sharpness_over_the_first_half_and_where_it_falls():
   the fifth, and the peak falls at the end of training."""
   r = _run("rope", "multiplicative", ratio=0.8, speed=2, sharp=200.0)
   s = np.asarray([c["precond_sharpness"] for c in r["curvature"]])
-  np.testing.assert_allclose(thesis.peak_sharpness(r), s[-1])
-  np.testing.assert_allclose(thesis.peak_sharpness(r, 0.5), s[4])
-  np.testing.assert_allclose(thesis.peak_sharpness_at(r), 1.0)
+  np.testing.assert_allclose(rules.peak_sharpness(r), s[-1])
+  np.testing.assert_allclose(rules.peak_sharpness(r, 0.5), s[4])
+  np.testing.assert_allclose(rules.peak_sharpness_at(r), 1.0)
   # evaluation order comes from the step, not the file's row order
   shuffled = dict(r, curvature=r["curvature"][::-1])
-  np.testing.assert_allclose(thesis.peak_sharpness(shuffled, 0.5), s[4])
+  np.testing.assert_allclose(rules.peak_sharpness(shuffled, 0.5), s[4])
   early = dict(r, curvature=[dict(c, precond_sharpness=[1e6] * 8) if c["step"] == 3 else c
                              for c in r["curvature"]])
-  np.testing.assert_allclose(thesis.peak_sharpness_at(early), 0.3)
+  np.testing.assert_allclose(rules.peak_sharpness_at(early), 0.3)
   with pytest.raises(ValueError, match="first_frac"):
-    thesis.peak_sharpness(r, 0.0)
+    rules.peak_sharpness(r, 0.0)
 
 
 def test_claim_f2_dose_response():
   runs = {}
   for i, (pe, c) in enumerate((("a", "multiplicative"), ("b", "additive"))):
     runs[pe] = _run(pe, c, ratio=0.6 + 0.6 * i, speed=np.arange(8) % 4 + 1 + 4 * i, seed=i)
-  res = thesis.claim_f2(runs)
+  res = rules.claim_f2(runs)
   assert res["verdict"] == "reproduced" and res["rho"] > 0.5 and res["n"] == 16
   runs["b"] = _run("b", "additive", ratio=0.3, speed=np.arange(8) % 4 + 5, seed=5)
-  assert thesis.claim_f2(runs)["verdict"] == "refuted"
+  assert rules.claim_f2(runs)["verdict"] == "refuted"
   runs["b"] = _run("b", "additive", ratio=1.2, speed=5, plateaued=2)
-  assert thesis.claim_f2(runs)["verdict"].startswith("not testable")
+  assert rules.claim_f2(runs)["verdict"].startswith("not testable")
 
 
 def test_spearman_matches_scipy_with_ties_and_the_bootstrap_brackets_it():
@@ -216,7 +216,7 @@ def test_spearman_matches_scipy_with_ties_and_the_bootstrap_brackets_it():
 
 def test_recorded_runs_feed_the_report_section(tmp_path):
   """End to end on the smoke preset: a sweep recording spectra and curvature
-  writes what ``thesis.load`` reads, and the report renders the section and
+  writes what ``rules.load`` reads, and the report renders the section and
   its figures from those files alone."""
   import json
   import os
@@ -241,11 +241,11 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   for r in truns.values():
     assert len(r["curvature"]) == len(r["spectra"]) == len(r["metrics"]) == 2
     assert np.asarray(r["curvature"][0]["precond_sharpness"]).shape == (2,)
-    assert thesis.per_step_losses(r).shape == (2, 16)  # every step's batch loss
-    np.testing.assert_allclose(thesis.per_step_losses(r).mean(1),
+    assert rules.per_step_losses(r).shape == (2, 16)  # every step's batch loss
+    np.testing.assert_allclose(rules.per_step_losses(r).mean(1),
                                [np.mean([m["train_loss"][s] for m in r["metrics"]])
                                 for s in range(2)], rtol=1e-4)
-  ratio = {pe: thesis.ratio_over_training(r) for pe, r in truns.items()}
+  ratio = {pe: rules.ratio_over_training(r) for pe, r in truns.items()}
   assert (ratio["rope"] != 1).any()            # contraction ratio vs θ = 0
   assert (ratio["rope_additive"] != 1).any()   # widening ratio vs no bias
   lines = report_thesis.thesis_section(truns, str(tmp_path / "fig"), str(tmp_path))
@@ -302,25 +302,25 @@ def test_deposit_rule_against_a_hand_computed_case():
 
 
 def test_claim_g_reproduced_refuted_inconclusive_not_run():
-  mult = {pe: _ablation("deposit", seed=i) for i, pe in enumerate(thesis.G_MULTIPLICATIVE)}
-  add = {pe: _ablation("flat", seed=9 + i) for i, pe in enumerate(thesis.G_ADDITIVE)}
-  r = thesis.claim_g({**mult, **add}, resamples=2000)
+  mult = {pe: _ablation("deposit", seed=i) for i, pe in enumerate(rules.G_MULTIPLICATIVE)}
+  add = {pe: _ablation("flat", seed=9 + i) for i, pe in enumerate(rules.G_ADDITIVE)}
+  r = rules.claim_g({**mult, **add}, resamples=2000)
   assert r["verdict"] == "reproduced" and r["multiplicative"] == 1 and r["additive"] == 0
   assert 0 < r["lo"] <= r["diff"] <= r["hi"]
-  swapped = {**{pe: _ablation("flat") for pe in thesis.G_MULTIPLICATIVE},
-             **{pe: _ablation("deposit") for pe in thesis.G_ADDITIVE}}
-  assert thesis.claim_g(swapped, resamples=2000)["verdict"] == "refuted"
+  swapped = {**{pe: _ablation("flat") for pe in rules.G_MULTIPLICATIVE},
+             **{pe: _ablation("deposit") for pe in rules.G_ADDITIVE}}
+  assert rules.claim_g(swapped, resamples=2000)["verdict"] == "refuted"
   # half the seeds of every PE hit: no difference to find
   half = {"drop": np.concatenate([np.asarray(_ablation("deposit", seeds=4)["drop"]),
                                   np.asarray(_ablation("flat", seeds=4)["drop"])]).tolist()}
-  same = {pe: half for pe in thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE}
-  r = thesis.claim_g(same, resamples=2000)
+  same = {pe: half for pe in rules.G_MULTIPLICATIVE + rules.G_ADDITIVE}
+  r = rules.claim_g(same, resamples=2000)
   assert r["verdict"] == "inconclusive" and r["diff"] == 0 and r["lo"] < 0 < r["hi"]
   partial = {pe: a for pe, a in {**mult, **add}.items() if pe != "kerple_log"}
-  r = thesis.claim_g(partial)
+  r = rules.claim_g(partial)
   assert r["verdict"] == "not run" and r["missing"] == ["kerple_log"]
   conv = {pe: pe != "xpos" for pe in mult | add}
-  r = thesis.claim_g({**mult, **add}, converged=conv, resamples=500)
+  r = rules.claim_g({**mult, **add}, converged=conv, resamples=500)
   assert r["verdict"] == "inconclusive (not converged: xpos)" and r["diff"] == 1
   assert r["unconverged"] == ["xpos"]
 
@@ -333,14 +333,14 @@ def test_claim_g_an_unconverged_run_fixes_the_label_with_runs_missing():
   present = {"rope": _ablation("deposit", seed=0), "alibi": _ablation("flat", seed=1),
              "xpos": _ablation("deposit", seed=2)}
   conv = {"rope": True, "alibi": False, "xpos": False}
-  r = thesis.claim_g(present, converged=conv)
+  r = rules.claim_g(present, converged=conv)
   # the plan's order (multiplicative, then additive), not the dict's
   assert r["verdict"] == "inconclusive (not converged: xpos, alibi)"
   assert r["unconverged"] == ["xpos", "alibi"]
   assert r["missing"] == ["p_rope", "alibi_multiplicative", "rope_additive", "relative",
                           "kerple_log"]
   assert "diff" not in r and r["fractions"] == {"rope": 1.0, "alibi": 0.0, "xpos": 1.0}
-  r = thesis.claim_g(present, converged={pe: True for pe in present})
+  r = rules.claim_g(present, converged={pe: True for pe in present})
   assert r["verdict"] == "not run" and r["unconverged"] == []
   # the report's (g) row, from committed deposit runs: fractions marked, and the
   # missing runs named by the plan as unable to change the label
@@ -360,11 +360,11 @@ def test_claim_g_an_unconverged_run_fixes_the_label_with_runs_missing():
   assert ok[3] == "not run" and "; waits for `distance/alibi_multiplicative-deposit`" in ok[2]
   assert "(not converged)" not in ok[2]
   # whatever the missing runs would have shown, the label is the one given early
-  full = {pe: _ablation("deposit" if pe in thesis.G_MULTIPLICATIVE else "flat", seed=i)
-          for i, pe in enumerate(thesis.G_MULTIPLICATIVE + thesis.G_ADDITIVE)}
+  full = {pe: _ablation("deposit" if pe in rules.G_MULTIPLICATIVE else "flat", seed=i)
+          for i, pe in enumerate(rules.G_MULTIPLICATIVE + rules.G_ADDITIVE)}
   full_conv = {pe: conv.get(pe, True) for pe in full}
-  assert (thesis.claim_g(full, converged=full_conv, resamples=500)["verdict"]
-          == thesis.claim_g(present, converged=conv)["verdict"])
+  assert (rules.claim_g(full, converged=full_conv, resamples=500)["verdict"]
+          == rules.claim_g(present, converged=conv)["verdict"])
 
 
 def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
@@ -373,16 +373,16 @@ def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
   unconverged (f) *not testable at this scale*; below the last rung, or when
   the last-rung run converged, the rules are unchanged."""
   from studies.arxiv_2505_13027.claims import NOT_TESTABLE
-  last = thesis.LAST_RUNG_EPOCHS
+  last = rules.LAST_RUNG_EPOCHS
   four = {pe: _with_budget(r, 64) for pe, r in _four().items()}
   slow64 = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=1,
                              seeds=5), 64)
   judged = dict(four, rope_additive=slow64)
-  assert thesis.claim_f(judged)["pairs"]["rotary"]["verdict"] == "inconclusive (not converged)"
+  assert rules.claim_f(judged)["pairs"]["rotary"]["verdict"] == "inconclusive (not converged)"
   # rope_additive at the last rung, alone (rope not run there): it judges nothing, yet
   slow_last = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=2,
                                 seeds=5), last)
-  res = thesis.claim_f(judged, [{"rope_additive": slow_last}])
+  res = rules.claim_f(judged, [{"rope_additive": slow_last}])
   v = res["pairs"]["rotary"]["verdict"]
   assert v == (f"{NOT_TESTABLE} (rope_additive did not converge at {last} epochs: "
                "2/5 seeds plateaued)")
@@ -391,25 +391,25 @@ def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
   # converged at the last rung: the pair waits for rope there, still not converged at 64
   ok_last = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=5,
                               seeds=5), last)
-  assert thesis.claim_f(judged, [{"rope_additive": ok_last}])["pairs"]["rotary"][
+  assert rules.claim_f(judged, [{"rope_additive": ok_last}])["pairs"]["rotary"][
       "verdict"] == "inconclusive (not converged)"
   # a budget below the last rung changes nothing
   slow96 = _with_budget(slow_last, last - 32)
-  assert thesis.claim_f(judged, [{"rope_additive": slow96}])["pairs"]["rotary"][
+  assert rules.claim_f(judged, [{"rope_additive": slow96}])["pairs"]["rotary"][
       "verdict"] == "inconclusive (not converged)"
   # both members judged at the last rung, rope the one that failed
   both = dict(four, rope=_with_budget(_run("rope", "multiplicative", ratio=0.8, speed=2,
                                            plateaued=3, seeds=5), last),
               rope_additive=ok_last)
-  assert "rope did not converge at" in thesis.claim_f(both)["pairs"]["rotary"]["verdict"]
+  assert "rope did not converge at" in rules.claim_f(both)["pairs"]["rotary"]["verdict"]
   # a converged pair at the last rung is decided on its numbers
-  assert thesis.claim_f(dict(four, rope=_with_budget(four["rope"], last),
+  assert rules.claim_f(dict(four, rope=_with_budget(four["rope"], last),
                              rope_additive=ok_last))["pairs"]["rotary"]["verdict"] == \
       "reproduced"
   # every pair not testable: so is (f)
   dec = {pe: _with_budget(_run(pe, c, ratio=1.0, speed=3, plateaued=1, seeds=5), last)
          for pe, c in (("alibi_multiplicative", "multiplicative"), ("alibi", "additive"))}
-  assert thesis.claim_f({**judged, **dec}, [{"rope_additive": slow_last}])["verdict"] == \
+  assert rules.claim_f({**judged, **dec}, [{"rope_additive": slow_last}])["verdict"] == \
       NOT_TESTABLE
   # the report hands its superseded budgets to (f)
   from studies.arxiv_2505_13027 import report
@@ -424,11 +424,11 @@ def test_claim_g_groups_are_the_registered_pes_split_by_the_registrys_coupling()
   declared coupling puts it (a PE whose coupling changed would move, and this
   would fail against the registration)."""
   from pe_spectral import encodings
-  assert thesis.G_MULTIPLICATIVE == ("rope", "xpos", "p_rope", "alibi_multiplicative")
-  assert thesis.G_ADDITIVE == ("alibi", "rope_additive", "relative", "kerple_log")
-  for pe in thesis.G_MULTIPLICATIVE:
+  assert rules.G_MULTIPLICATIVE == ("rope", "xpos", "p_rope", "alibi_multiplicative")
+  assert rules.G_ADDITIVE == ("alibi", "rope_additive", "relative", "kerple_log")
+  for pe in rules.G_MULTIPLICATIVE:
     assert encodings.get(pe).coupling == "multiplicative"
-  for pe in thesis.G_ADDITIVE:
+  for pe in rules.G_ADDITIVE:
     assert encodings.get(pe).coupling == "additive"
 
 
@@ -444,6 +444,6 @@ def test_one_convergence_rule_for_claims_and_thesis():
       want = Fraction(k, n) >= Fraction(2, 3)
       assert claims.enough_plateaued(per) is want
       run = {"summary": {"plateau": {"per_seed": per}}}
-      assert thesis.converged(run) is want
+      assert rules.thesis_converged(run) is want
       assert claims.converged({"plateau": {"per_seed": per}}) is want
   assert claims.enough_plateaued([]) is False

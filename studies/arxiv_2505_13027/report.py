@@ -559,14 +559,14 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   (it has its own runs, the same for every configuration). ``superseded``:
   the configuration's runs at other budgets, which (f) reads for its last
   rung only."""
-  from studies.arxiv_2505_13027 import thesis
+  from studies.arxiv_2505_13027 import claims as rules
   rows = []
-  e = thesis.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
+  e = rules.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
   ev = "<br>".join(f"{r['pe']} L{r['layer']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
                    for r in e["rows"]) or "—"
   rows.append(("e", "Contraction: multiplicative PEs' logits contracted (ratio < 1), "
                "additive ones widened (> 1), every layer", ev, e["verdict"]))
-  f = thesis.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": "not run"}
+  f = rules.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": "not run"}
   fv = []
   for kernel, p in f["pairs"].items():
     ex, sh, sp = p["examples"], p["sharpness"], p["spikes"]
@@ -578,7 +578,7 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   rows.append(("f", "Optimisation: in each pair the multiplicative member reaches 90 % of its "
                "final accuracy with fewer examples, with lower peak preconditioned sharpness "
                "or fewer spikes", "<br>".join(fv) or "—", f["verdict"]))
-  f2 = thesis.claim_f2(truns) if truns else {"verdict": "not run"}
+  f2 = rules.claim_f2(truns) if truns else {"verdict": "not run"}
   f2v = (f"Spearman ρ = {f2['rho']:+.2f} [{f2['lo']:+.2f}, {f2['hi']:+.2f}] over {f2['n']} "
          f"seeds of {', '.join(f2['pes'])}" if "rho" in f2 else
          (f"converged: {', '.join(f2['pes']) or 'none'}" if "pes" in f2 else "—"))

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from pe_spectral import plotting, stats
-from studies.arxiv_2505_13027 import thesis
+from studies.arxiv_2505_13027 import claims as rules
 
 plt = plotting.plt  # pyplot, on the Agg backend plotting selects
 
@@ -25,17 +25,17 @@ def load_thesis(root: str) -> dict:
   of the 2x2 design first, in the design's order)."""
   if not root or not os.path.isdir(root):
     return {}
-  order = [pe for _, m, a in thesis.PAIRS for pe in (m, a)]
+  order = [pe for _, m, a in rules.PAIRS for pe in (m, a)]
   found = sorted((d for d in os.listdir(root)
                   if os.path.exists(os.path.join(root, d, "summary.json"))),
                  key=lambda d: (order.index(d) if d in order else len(order), d))
-  return {d: thesis.load(os.path.join(root, d)) for d in found}
+  return {d: rules.load(os.path.join(root, d)) for d in found}
 
 
 def load_thesis_budgets(roots) -> tuple[dict, list[dict]]:
   """``(judged, superseded)`` over several budget directories
-  (:func:`studies.arxiv_2505_13027.thesis.judged_runs`)."""
-  return thesis.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
+  (:func:`studies.arxiv_2505_13027.rules.judged_runs`)."""
+  return rules.judged_runs([b for b in (load_thesis(r) for r in roots) if b])
 
 
 def thesis_budget(truns: dict) -> str:
@@ -55,25 +55,25 @@ def _thesis_table(truns: dict) -> list[str]:
       "coupling ratio L0 / L1 (geo-mean over training) | "
       "examples to 90 % of final (median) | peak λ_max(P⁻¹H) (mean) | peak in the first half "
       "(mean) | peak at (median fraction of training) | loss spikes (total; "
-      f"of them above loss {thesis.SPIKE_FLOOR_SENSITIVITY:g}) |",
+      f"of them above loss {rules.SPIKE_FLOOR_SENSITIVITY:g}) |",
       "|---|---|---|---|---|---|---|---|---|---|"]
-  e_rows = {(r["pe"], r["layer"]): r for r in thesis.claim_e(truns)["rows"]}
+  e_rows = {(r["pe"], r["layer"]): r for r in rules.claim_e(truns)["rows"]}
   for pe, r in truns.items():
     acc = np.asarray(r["summary"]["test_accuracy"]) * 100
     m, lo, hi = stats.bootstrap_mean_ci(acc)
     per = r["summary"]["plateau"]["per_seed"]
-    nl = thesis.ratio_over_training(r).shape[-1]
+    nl = rules.ratio_over_training(r).shape[-1]
     ratios = " / ".join(f"{e_rows[(pe, l)]['ratio']:.3f} [{e_rows[(pe, l)]['lo']:.3f}, "
                         f"{e_rows[(pe, l)]['hi']:.3f}]" for l in range(nl))
-    sharp = thesis.peak_sharpness(r) if r["curvature"] else None
+    sharp = rules.peak_sharpness(r) if r["curvature"] else None
     lines.append(f"| {pe} | {r['coupling']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | "
                  f"{sum(per)}/{len(per)} | {ratios} | "
-                 f"{np.median(thesis.examples_to_threshold(r)) / 1e3:.0f} k | "
+                 f"{np.median(rules.examples_to_threshold(r)) / 1e3:.0f} k | "
                  f"{'—' if sharp is None else f'{sharp.mean():.0f}'} | "
-                 f"{'—' if sharp is None else f'{thesis.peak_sharpness(r, 0.5).mean():.0f}'} | "
-                 f"{'—' if sharp is None else f'{np.median(thesis.peak_sharpness_at(r)):.2f}'} | "
-                 f"{int(thesis.spike_counts(r).sum())} "
-                 f"({int(thesis.spike_counts(r, thesis.SPIKE_FLOOR_SENSITIVITY).sum())}) |")
+                 f"{'—' if sharp is None else f'{rules.peak_sharpness(r, 0.5).mean():.0f}'} | "
+                 f"{'—' if sharp is None else f'{np.median(rules.peak_sharpness_at(r)):.2f}'} | "
+                 f"{int(rules.spike_counts(r).sum())} "
+                 f"({int(rules.spike_counts(r, rules.SPIKE_FLOOR_SENSITIVITY).sum())}) |")
   return lines
 
 
@@ -151,7 +151,7 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
     plotting.frequency_heatmaps(drop[:, 0], theta, heads, fr["seeds"], fig,
                                 f"{pe}: layer 0, accuracy drop (points) with one head's "
                                 "rotary pair unrotated; deposit head boxed")
-    e, n = thesis.budget(r)
+    e, n = rules.budget(r)
     lines += [f"**Which frequencies carry the deposit ({pe}, {e} ep × {n} seeds).** "
               "Each (layer, head, rotary "
               f"pair) of every seed had its rotation switched off (θ_k → 0), on the "
@@ -194,7 +194,7 @@ _CURVATURE_PANELS = {"λ_max(P⁻¹H), Adam's P": lambda row: row["precond_sharp
 
 
 def thesis_figures(runs: dict, paths: dict) -> None:
-  """The thesis section's figures from ``{pe: thesis run}`` (``studies.arxiv_2505_13027.thesis``):
+  """The thesis section's figures from ``{pe: thesis run}`` (``studies.arxiv_2505_13027.claims``):
 
   * ``paths["ratio"]``: coupling ratio over training per PE and layer (contraction
     ratio for multiplicative PEs, widening ratio for additive ones; geometric
@@ -206,11 +206,11 @@ def thesis_figures(runs: dict, paths: dict) -> None:
   * ``paths["curves"]``: test accuracy over training.
   """
   pes = list(runs)
-  layers = thesis.ratio_over_training(runs[pes[0]]).shape[-1]
+  layers = rules.ratio_over_training(runs[pes[0]]).shape[-1]
   fig, axes = plt.subplots(1, layers, figsize=(4.2 * layers, 3.4), dpi=110, squeeze=False)
   for i, pe in enumerate(pes):
     r = runs[pe]
-    ratio = thesis.ratio_over_training(r)                        # [evals, seeds, layers]
+    ratio = rules.ratio_over_training(r)                        # [evals, seeds, layers]
     ex = [row["examples_seen"] for row in r["metrics"]][:ratio.shape[0]]
     for layer in range(layers):
       _log_band(axes[0, layer], np.asarray(ex) / 1e3, ratio[:, :, layer],
@@ -248,10 +248,10 @@ def thesis_figures(runs: dict, paths: dict) -> None:
   fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=110)
   for i, pe in enumerate(pes):
     r = runs[pe]
-    mark = "o" if thesis.converged(r) else "x"
-    ax.scatter(thesis.early_ratio(r), thesis.examples_to_threshold(r) / 1e3, marker=mark,
+    mark = "o" if rules.thesis_converged(r) else "x"
+    ax.scatter(rules.early_ratio(r), rules.examples_to_threshold(r) / 1e3, marker=mark,
                color=_color(pe, i),
-               label=pe + ("" if thesis.converged(r) else " (not converged)"))
+               label=pe + ("" if rules.thesis_converged(r) else " (not converged)"))
   ax.set_xscale("log")
   ax.axvline(1.0, color="k", lw=0.8)
   ax.set_xlabel("coupling ratio at the first evaluation (layer geometric mean)")

@@ -53,8 +53,8 @@ PY=${PYTHON:-python3}
 # converged SUMMARY_JSON: the study's rule (>= 2/3 of seeds plateaued)
 converged() {
   "$PY" -c 'import json, sys
-from studies.arxiv_2505_13027 import thesis
-sys.exit(0 if thesis.converged({"summary": json.load(open(sys.argv[1]))}) else 1)' "$1"
+from studies.arxiv_2505_13027 import claims
+sys.exit(0 if claims.thesis_converged({"summary": json.load(open(sys.argv[1]))}) else 1)' "$1"
 }
 for pe in "${PES[@]}"; do
   out="studies/arxiv_2505_13027/results/${name}/${pe}"
