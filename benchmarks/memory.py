@@ -173,13 +173,13 @@ def main(argv):
 _DATA = {}  # one generated dataset per task configuration, shared by the rows
 
 
-def _run_chunks(tr, rc, seeds: int, reps: int, steps: int, *, compiled=None):
+def _run_chunks(tr, rc, seeds: int, reps: int, steps: int, *, compiled):
   """Runs the training chunk (``steps`` steps) on real data: once, then
   ``reps`` more times. ``(best seconds per step over the timed chunks or None,
   the device's peak bytes or None)``; the first chunk is not timed.
-  ``compiled``: the chunk already compiled from shapes (``programs``), run as
-  it is -- on a GPU a second compile of the paper model costs tens of seconds
-  per row (the 2026-12-04 device check ran out of time compiling). The peak is
+  ``compiled``: the chunk :func:`programs` compiled from shapes, run as it is
+  -- on a GPU a second compile of the paper model costs tens of seconds per
+  row (the 2026-12-04 device check ran out of time compiling). The peak is
   the process's running maximum (``memory_stats``, GPU/TPU only)."""
   import time
 
@@ -191,15 +191,10 @@ def _run_chunks(tr, rc, seeds: int, reps: int, steps: int, *, compiled=None):
   data = _DATA[rc.task]
   keys = train.seed_keys(list(range(seeds)))
   states = train.jit_init(tr)(keys)
-  if compiled is None:
-    jitted = train.jit_chunk(tr)
-    chunk = lambda st, k, x, y: jitted(st, k, x, y, num_steps=steps)
-  else:
-    chunk = compiled
   best = None
   for i in range(reps + 1):
     t0 = time.perf_counter()
-    states, losses = chunk(states, keys, data.train_ids, data.train_labels)
+    states, losses = compiled(states, keys, data.train_ids, data.train_labels)
     jax.block_until_ready(losses)
     if i:
       per_step = (time.perf_counter() - t0) / steps

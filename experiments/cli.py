@@ -14,7 +14,7 @@ from typing import Callable
 
 from absl import app
 
-from pe_spectral import config
+from pe_spectral import config, train
 from pe_spectral.errors import Remedy, RunError
 
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
@@ -42,7 +42,7 @@ def checked_workdirs(value) -> tuple[list, "str | None"]:
 # What the caller of a failed run can do, in flags (pe_spectral.errors.Remedy).
 REMEDY_HINTS = {
     Remedy.START_OVER: "pass --noresume to start it over",
-    Remedy.OTHER_WORKDIR: "or choose another --workdir",
+    Remedy.OTHER_WORKDIR: "choose another --workdir",
     Remedy.START_OVER_OR_OTHER_WORKDIR: "pass --noresume to start it over or choose another "
                                         "--workdir",
     Remedy.LOWER_LEARNING_RATE: "a lower --learning_rate may help",
@@ -125,11 +125,8 @@ def define_memory_flags(when: str, program: str) -> None:
 def memory_flags_error(memory_gib, fraction) -> "str | None":
   """What is wrong with a memory budget's ``--memory_gib`` / ``--memory_fraction``
   values, or None."""
-  if memory_gib is not None and not memory_gib > 0:
-    return f"--memory_gib must be > 0, got {memory_gib}"
-  if not 0 < fraction <= 1:
-    return f"--memory_fraction must be in (0, 1], got {fraction}"
-  return None
+  err = train.memory_budget_error(memory_gib, fraction)
+  return None if err is None else f"--{err}"  # the library names its arguments as the flags
 
 
 def run(main: Callable[[list], int]) -> None:

@@ -21,13 +21,12 @@ from jax import lax
 from pe_spectral import positional, rng, speed
 
 __all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout",
-           "MASK_VALUE",
+           "masked_softmax",
            "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
 # keys are all masked (such a row attends uniformly, and callers never pool it).
 _MASK_VALUE = -1e30
-MASK_VALUE = _MASK_VALUE  # what a masked logit becomes (decompose's attention maps too)
 
 
 def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
@@ -135,6 +134,13 @@ def softmax_probs(q, k, bias, mask, scale, dtype, factor=None):
   place where :func:`attention` turns logits ``(q k^T * scale) ∘ factor + bias``
   into probabilities (tests capture the model's real logits here)."""
   logits = attention_logits(q * scale, k, bias=bias, scale=1.0, factor=factor)
+  return masked_softmax(logits, mask, dtype)
+
+
+def masked_softmax(logits, mask, dtype):
+  """Row softmax (in float32) of ``logits`` with the keys ``mask`` leaves out
+  (False) set to a large finite negative, cast to ``dtype``: how the model turns
+  its logits into attention probabilities (``decompose.attention_maps`` too)."""
   if mask is not None:
     logits = jnp.where(mask, logits, _MASK_VALUE)
   return jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(dtype)

@@ -40,7 +40,7 @@ from flax import nnx
 
 from pe_spectral import devices
 from pe_spectral import spectral as S
-from pe_spectral.attention import MASK_VALUE
+from pe_spectral.attention import masked_softmax
 from pe_spectral.model import PAD_ID
 
 __all__ = ["layer_terms", "decompose", "summarize", "attention_maps"]
@@ -197,7 +197,5 @@ def attention_maps(graphdef, params, ids, layer: int) -> jax.Array:
   def one(p):
     logits = layer_terms(graphdef, p, ids, layer)["logits"]
     mask = nnx.merge(graphdef, p).attention_mask(ids)  # [batch, 1, q, k] or None
-    if mask is not None:
-      logits = jnp.where(mask, logits, MASK_VALUE)
-    return jax.nn.softmax(logits, axis=-1)
+    return masked_softmax(logits, mask, logits.dtype)
   return jax.vmap(one)(params)

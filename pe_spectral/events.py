@@ -85,8 +85,7 @@ def scalars(seeds: Sequence[int], metrics: dict, spectra: Optional[dict] = None,
   for key, val in (curvature or {}).items():
     if key == "step" or val is None:
       continue
-    a = np.asarray([np.nan if v is None else v for v in np.ravel(val)], float).reshape(
-        np.shape(val))
+    a = np.array(val, dtype=float)  # a None (a value not computed) becomes nan
     if a.ndim == 1 and len(a) == len(seeds):
       put(f"curvature/{key}", a)
     elif a.ndim == 2 and len(a) == len(seeds):  # e.g. the top-k eigenvalues: the largest
@@ -97,10 +96,10 @@ def scalars(seeds: Sequence[int], metrics: dict, spectra: Optional[dict] = None,
 class _Writers:
   """One ``tensorboardX.SummaryWriter`` per seed and one for the mean."""
 
-  def __init__(self, logdir: str, names: Sequence[str], purge_step: Optional[int]):
+  def __init__(self, logdir: str, seeds: Sequence[int], purge_step: Optional[int]):
     from tensorboardX import SummaryWriter
     self.writers = {n: SummaryWriter(os.path.join(logdir, n), purge_step=purge_step)
-                    for n in names}
+                    for n in [f"seed{s}" for s in seeds] + ["mean"]}
 
   def log(self, step: int, values: dict) -> None:
     for name, tags in values.items():
@@ -128,8 +127,8 @@ class TensorBoardRecorder(Recorder):
 
   def open(self, session) -> None:
     if session.writer:
-      names = [f"seed{s}" for s in session.seeds] + ["mean"]
-      self._writers = _Writers(os.path.join(session.workdir, SUBDIR), names, self._purge)
+      self._writers = _Writers(os.path.join(session.workdir, SUBDIR), session.seeds,
+                               self._purge)
 
   def record(self, ev: Evaluation) -> None:
     if self._writers is not None:
@@ -153,7 +152,7 @@ def convert(workdir: str) -> int:
                                                      "curvature.jsonl"))
   out = os.path.join(workdir, SUBDIR)
   shutil.rmtree(out, ignore_errors=True)
-  writers = _Writers(out, [f"seed{s}" for s in seeds] + ["mean"], None)
+  writers = _Writers(out, seeds, None)
   try:
     for step in sorted(metrics):
       writers.log(step, scalars(seeds, metrics[step], spectra.get(step), curvature.get(step)))

@@ -516,16 +516,24 @@ def device_memory_available(device=None) -> Optional[int]:
   return limit
 
 
+def memory_budget_error(memory_gib: Optional[float], fraction: float) -> Optional[str]:
+  """What is wrong with a :func:`memory_budget`'s ``memory_gib`` / ``fraction``
+  (named as the programs' ``memory_gib`` / ``memory_fraction``), or None."""
+  if memory_gib is not None and not memory_gib > 0:
+    return f"memory_gib must be > 0, got {memory_gib}"
+  if not 0 < fraction <= 1:
+    return f"memory_fraction must be in (0, 1], got {fraction}"
+  return None
+
+
 def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
                   margin: float = 0.9, device=None) -> tuple[Optional[int], str]:
   """The bytes a program of this process may use, and where the number comes
   from: ``memory_gib`` if given, else ``margin`` x ``fraction`` of the device's
   free memory (:func:`device_memory_available`; ``fraction`` is this process's
   share when several share one device). ``(None, reason)`` when unknown."""
-  if memory_gib is not None and not memory_gib > 0:
-    raise ValueError(f"memory_gib must be > 0, got {memory_gib}")
-  if not 0 < fraction <= 1:
-    raise ValueError(f"memory_fraction must be in (0, 1], got {fraction}")
+  if err := memory_budget_error(memory_gib, fraction):
+    raise ValueError(err)
   if memory_gib is not None:
     return int(memory_gib * 1024 ** 3), "memory_gib"
   free = device_memory_available(device)
