@@ -39,7 +39,9 @@ import numpy as np
 
 from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
+from pe_spectral.model import check_freq_mask
 from pe_spectral.timefmt import minutes_seconds as fmt
+from pe_spectral.train import first_fit, needed_bytes
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "scores_of_drops", "frequency_masks",
            "ablate_frequencies"]
@@ -200,7 +202,6 @@ def ablation_bytes(steps, params, ids, labels, *, mode: str = "single", leak: bo
                    mask_chunk: Optional[int] = None, method: str = "shared") -> int:
   """Bytes (temporaries + arguments, XLA's ``memory_analysis``) that
   :func:`ablate_heads` with these options needs; compiles, runs nothing."""
-  from pe_spectral.train import needed_bytes
   fn = _all_seeds_program(steps, "head", mode, leak, mask_chunk, _method(method, leak))
   return needed_bytes(_compiled(fn, params, jnp.asarray(ids), jnp.asarray(labels)))
 
@@ -262,7 +263,6 @@ def fit_memory(needs: Callable[[Optional[int], Optional[int]], int], *, num_seed
   order = sorted(((g, c) for g in seed_groups for c in mask_chunks),
                  key=lambda gc: (-seeds_of(gc[0]) * masks_of(gc[1]), -masks_of(gc[1]),
                                  gc[0] is not None, gc[1] is not None))
-  from pe_spectral.train import first_fit
   (g, c), measured = first_fit(order, lambda gc: needs(*gc), limit_bytes)
   return g, c, measured
 
@@ -353,7 +353,6 @@ def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] 
   "frequencies": [pairs]}`` (NumPy; ``frequencies``: the pairs' θ_k).
   Raises ValueError for a model without a rotation on standard heads.
   """
-  from pe_spectral.model import check_freq_mask
   method = _method(method, False)
   cfg = steps.model_cfg
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2

@@ -21,6 +21,7 @@ import os
 import typing
 from typing import Optional
 
+from pe_spectral import encodings
 from pe_spectral.model import ModelConfig, attention_of, script_quirks
 from pe_spectral.tasks import TaskConfig
 from pe_spectral.train import TrainConfig
@@ -196,7 +197,6 @@ def field_types() -> dict:
 
 
 def _option_types() -> list:
-  from pe_spectral import encodings
   kinds = {encodings.get(p).options_type for p in encodings.names()} - {None}
   return sorted(kinds, key=lambda k: k.__name__)
 

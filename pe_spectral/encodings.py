@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral import positional as P
+from pe_spectral import spectral
 
 __all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
            "REGISTRY", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions",
@@ -423,7 +424,6 @@ class Sinusoidal(PositionalEncoding):
   def toeplitz_coeffs(self, cfg, params, seq_len):
     if cfg.d_model % 2:
       return None
-    from pe_spectral import spectral
     return spectral.sinusoidal_gram_coeffs(seq_len, cfg.d_model, cfg.rope_base)[None]
 
 
@@ -505,7 +505,6 @@ class Alibi(PositionalEncoding):
     return self.name if slopes is None else f"{self.name} ({slopes} slopes)"
 
   def bias_extremes(self, cfg, seq_len):
-    from pe_spectral import spectral
     if cfg.causal or seq_len < 2:
       return None
     return spectral.alibi_extreme_eigs(seq_len, self.slopes(cfg))

@@ -21,6 +21,8 @@ from typing import Optional
 
 import numpy as np
 
+from pe_spectral import positional, spectral
+
 __all__ = ["Prediction", "predict"]
 
 BIAS_KINDS = ("closed_form", "symbol", "not_toeplitz")
@@ -80,7 +82,6 @@ def predict(cfg, params, n: int, train_len: int) -> Prediction:
   import jax
   import jax.numpy as jnp
 
-  from pe_spectral import positional, spectral
   enc = cfg.encoding
   out: dict = {}
   if enc.bias_extremes(cfg, n) is not None:

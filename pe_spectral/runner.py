@@ -40,9 +40,10 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 import jax
 import numpy as np
 
-from pe_spectral import devices, encodings, plotting, stats, tasks
+from pe_spectral import curvature, decompose, devices, encodings, plotting, speed, stats, tasks
 from pe_spectral import train as train_lib
 from pe_spectral.checkpoint import Checkpointer, CheckpointError
+from pe_spectral.config import RunConfig
 from pe_spectral.errors import Remedy, RunError
 from pe_spectral.model import check_token_ids
 from pe_spectral.train import Steps, auto_seed_group, make_steps, seed_mesh
@@ -85,7 +86,6 @@ def _notify_stderr(msg: str) -> None:
 
 def _spectra_record(steps, states, probe_ids, step: int) -> dict:
   """Per-layer/head spectral measures (median over the probe examples) per seed."""
-  from pe_spectral import decompose
   summ = decompose.summarize(steps.graphdef, states["params"], probe_ids,
                              steps.model_cfg.num_layers)
   med = lambda f: np.stack([np.median(devices.fetch(f(s)), axis=1) for s in summ],
@@ -110,7 +110,6 @@ def curvature_fn(steps: Steps, *, k: int = 1, num_iters: int = CURVATURE_ITERS,
   of ``steps.loss`` in eval mode (no dropout), vmapped over seeds; traced
   on the reference path (forward mode needs it; ``speed.reference``), and
   cached on the frozen configs (``steps``) and the options."""
-  from pe_spectral import curvature, speed
   tc = steps.train_cfg
 
   def one(params, opt_state, ids, labels, key):
@@ -648,7 +647,6 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   """
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
-  from pe_spectral.config import RunConfig
   rc = RunConfig.from_dict(config["run"])
   data = tasks.generate(rc.task)
   seeds = config["seeds"]

@@ -16,6 +16,7 @@ from typing import Optional
 
 import jax
 
+from pe_spectral import model, tasks
 from pe_spectral.errors import Remedy, RunError
 
 __all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
@@ -113,7 +114,6 @@ def recorded(config: dict) -> dict:
   fields that apply to the run's PE and task (``ModelConfig.to_dict``,
   ``TaskConfig.to_dict``). Files written before that listed every field;
   comparing through this view lets them resume and leaves them untouched."""
-  from pe_spectral import model, tasks
   run = config.get("run")
   if not isinstance(run, dict) or "model" not in run or "task" not in run:
     return config

@@ -12,7 +12,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pe_spectral import stats
+from pe_spectral import config as configs
+from pe_spectral import encodings, stats, tasks
+from pe_spectral import model as model_lib
 from studies.arxiv_2505_13027 import presets  # noqa: F401 -- registers study, deposit, long
 
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
@@ -60,7 +62,6 @@ CLAIM_PES = {
 
 def encoding_of(pe: str):
   """The registry entry of a run's PE (None for a name no longer registered)."""
-  from pe_spectral import encodings
   return encodings.REGISTRY.get(pe)
 
 
@@ -69,7 +70,6 @@ def run_label(r) -> str:
   enc = encoding_of(r["pe"])
   if enc is None:
     return r["pe"]
-  from pe_spectral import model as model_lib
   model = model_lib.upgrade_record({"pe": r["pe"],
                                     **r.get("config", {}).get("run", {}).get("model", {})})
   if r.get("rope_heads") is not None:  # the summary's, for a run without its config
@@ -100,11 +100,8 @@ def config_variant(r) -> dict:
   label's business (:func:`run_label`); the memory options compute the same
   model."""
   run = r.get("config", {}).get("run")
-  from pe_spectral import config as configs
   if not run or r["preset"] not in configs.PRESET_NAMES:
     return {}
-  from pe_spectral import model as model_lib
-  from pe_spectral import tasks
   default = configs.build(r["preset"], r["task"], r["pe"], faithful=r["faithful"])
   sections = []
   if "model" in run:
@@ -203,7 +200,6 @@ def run_spec(task, pe, *, preset, faithful=False, rope_heads=None, variant=None)
 
 
 def plateau_of(r) -> dict:
-  from pe_spectral import stats
   return stats.plateau(r["records"]) if r.get("records") else r.get("plateau", {})
 
 
@@ -221,7 +217,6 @@ def converged(r) -> bool:
 def plateau_of_test_accuracy(r) -> dict:
   """The second convergence rule's per-seed result (test accuracy within
   ``stats.TEST_PLATEAU_TOL`` over the last third); {} without metrics."""
-  from pe_spectral import stats
   if not r.get("records"):
     return {}
   return stats.plateau(r["records"], metric=stats.TEST_PLATEAU_METRIC,
@@ -235,7 +230,6 @@ def converged_by_test_accuracy(r) -> bool:
 
 def compare(a, b, *, margin=0.0) -> dict:
   """Paired test of "a beats b by more than margin" on their shared seeds."""
-  from pe_spectral import stats
   p = stats.paired(100 * np.asarray(a["test_accuracy"]),
                    100 * np.asarray(b["test_accuracy"]),
                    seeds_a=a["seeds"], seeds_b=b["seeds"])
@@ -843,7 +837,6 @@ G_PES = ("rope", "xpos", "p_rope", "alibi_multiplicative",
 
 
 def _by_coupling(coupling: str) -> tuple:
-  from pe_spectral import encodings
   return tuple(pe for pe in G_PES if encodings.get(pe).coupling == coupling)
 
 
@@ -948,7 +941,6 @@ def load(workdir: str, coupling: Optional[str] = None) -> dict:
   import json
   import os
 
-  from pe_spectral import encodings
   read = lambda name: json.load(open(os.path.join(workdir, name)))
   def jsonl(name):
     path = os.path.join(workdir, name)

@@ -36,7 +36,9 @@ from typing import Optional
 from absl import app, flags
 
 from experiments import cli
-from studies.arxiv_2505_13027 import RESULTS, presets
+from pe_spectral import config as configs
+from pe_spectral import workdir
+from studies.arxiv_2505_13027 import RESULTS, claims, presets
 from studies.arxiv_2505_13027.claims import CLAIM_PES
 
 FLAGS = flags.FLAGS
@@ -79,7 +81,6 @@ class Entry:
   def variant(self) -> dict:
     """The fields this entry sets away from its preset, keyed and typed as
     ``claims.config_variant`` reads them from a finished run's config."""
-    from pe_spectral import config as configs
     out = {field: configs.parse_override(*field.split(".", 1), value)
            for field, value in self.overrides}
     if self.epochs is not None:
@@ -89,7 +90,6 @@ class Entry:
   @property
   def spec(self) -> dict:
     """This run as ``claims.run_spec`` names it."""
-    from studies.arxiv_2505_13027 import claims
     return claims.run_spec(self.task, self.pe, preset=self.preset, faithful=self.faithful,
                            rope_heads=self.rope_heads, variant=self.variant)
 
@@ -194,8 +194,6 @@ def settled(results: str) -> dict:
   A run no row waits for is not listed. (Pilots only move a faithful Task 2
   row between "not run" and "not testable", neither settled, so they are not
   read.)"""
-  from pe_spectral import workdir
-  from studies.arxiv_2505_13027 import claims
   why: dict = {}
   for spec, reason in claims.waiting(workdir.load_runs(results)):
     e = entry_for(spec)
@@ -421,7 +419,6 @@ def main(argv):
   plan = sorted((e for e in PLAN if e.priority <= FLAGS.priority_max),
                 key=lambda e: e.priority)
   if FLAGS.preset:
-    from pe_spectral import config as configs
     if FLAGS.preset not in configs.PRESET_NAMES:
       print(f"error: unknown --preset {FLAGS.preset!r}", file=sys.stderr)
       return 2

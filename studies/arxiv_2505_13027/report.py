@@ -33,6 +33,9 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
+from pe_spectral import ceilings, plotting, stats, tasks  # noqa: E402
+from pe_spectral import config as configs  # noqa: E402
+from pe_spectral.ablation import scores_of_drops  # noqa: E402
 from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
 from studies.arxiv_2505_13027 import presets as _presets  # noqa: E402,F401 (registers them)
 
@@ -61,7 +64,9 @@ flags.DEFINE_list("thesis_count", [os.path.join(RESULTS, "thesis-count")],
                   "--count; study.md, fourth amendment), judged on their own.")
 
 from pe_spectral.workdir import load_runs  # noqa: E402
-from studies.arxiv_2505_13027.claims import (  # noqa: E402  # noqa: E402
+from studies.arxiv_2505_13027 import claims as rules  # noqa: E402
+from studies.arxiv_2505_13027 import plan as study  # noqa: E402
+from studies.arxiv_2505_13027.claims import (  # noqa: E402
   CONVERGED_FRAC,
   DEPOSIT_PRESET,
   DEPOSIT_RATIO,
@@ -80,6 +85,7 @@ from studies.arxiv_2505_13027.claims import (  # noqa: E402  # noqa: E402
   converged,
   deposit_rule,
   faithful_task2_pilots,
+  pilot_txt,
   plateau_of,
   run_spec,
   variant_label,
@@ -189,7 +195,6 @@ def chance_and_ceiling(task, preset, ceil, variant=None):
   """``(classes, chance %, ceiling % or None, permutation-invariant ceiling % or
   None)`` of a preset's data, with a variant's task fields (Task 1 ceilings from
   ``ceil``, computed on the presets' own data; Task 2: 100 %)."""
-  from pe_spectral import config as configs
   fields = _task_fields(variant)
   t = configs.task_config(preset, task)
   n = (t.replace(**fields) if fields else t).num_labels
@@ -208,7 +213,6 @@ def _data_configs(runs, task) -> list[tuple[str, dict, str]]:
   """``(preset, task variant, label)`` for each distinct dataset the runs of
   ``task`` trained on; presets with the same data share one label
   (``"long, study"``), a variant's fields follow (``"study, seq_len 80"``)."""
-  from pe_spectral import config as configs
   groups: dict = {}
   for r in runs:
     if r["task"] != task:
@@ -232,7 +236,6 @@ def missing_txt(specs, lead: str = "waits for") -> str:
   """The runs a claim's row still waits for, by their study-plan names
   (``python -m studies.arxiv_2505_13027.plan --only=<name>`` runs one) and priority, in
   the plan's order, after ``lead``."""
-  from studies.arxiv_2505_13027 import plan as study
   found = [(study.entry_for(spec), spec) for spec in specs]
   order = {e.key: i for i, e in enumerate(study.PLAN)}
   parts = [f"`{e.key}` (P{e.priority})"
@@ -259,7 +262,6 @@ def waiting_lead(c) -> str:
 
 
 def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
-  from pe_spectral import stats as _stats
   cl = claims(runs, pilots)
   lines = ["## Verdicts", "",
            "The claims, their tests and decision rules are in [study.md](study.md), "
@@ -274,7 +276,7 @@ def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
            "*not testable at this scale*, and so at once is one whose reference run did not "
            "converge there, since none of its comparisons can ever count. The last column "
            "applies the second convergence rule instead (test accuracy within "
-           f"{100 * _stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
+           f"{100 * stats.TEST_PLATEAU_TOL:g} points of its final value over the last third; "
            "study.md): a sensitivity result beside the verdict, never replacing it. "
            "A row that waits for runs names them as the study plan does "
            "(and says so when they cannot change its verdict: a refutation, a label "
@@ -327,7 +329,6 @@ def examples_to(r, level: float = 0.9):
 def study_table(runs, task, ceil=None) -> list[str]:
   """Per run: accuracy (bootstrap CI), per seed, plateau, examples vs the paper;
   reference rows for chance and the ceilings of each preset's data."""
-  from pe_spectral import stats
   sel = [r for r in runs if r["task"] == task]
   if not sel:
     return []
@@ -395,7 +396,6 @@ def _variant(r) -> str:
 
 
 def curves_figure(runs, task, preset, faithful, path, variant="") -> bool:
-  from pe_spectral import plotting
   sel = [r for r in runs if r["task"] == task and _group(r) == (preset, variant, faithful)
          and r.get("records")]
   if not sel:
@@ -428,8 +428,6 @@ def paired_table(runs, task, preset, faithful, variant="") -> list[str]:
 
 
 def deposit_section(runs, figdir, outdir) -> list[str]:
-  from pe_spectral import plotting
-  from pe_spectral.ablation import scores_of_drops
   sel = [r for r in runs if r.get("ablation") and r["task"] == "distance"]
   if not sel:
     return []
@@ -524,8 +522,6 @@ def compute_line(runs) -> str:
 def _ceilings(runs, n_examples) -> dict:
   """{preset: (Bayes %, ambiguous %, permutation-invariant %, n)} for the Task 1
   presets present; presets that generate the same data share one computation."""
-  from pe_spectral import ceilings, tasks
-  from pe_spectral import config as configs
   out, by_data = {}, {}
   for p in sorted({r["preset"] for r in runs if r["task"] == "distance"}):
     cfg = configs.task_config(p, "distance")
@@ -559,7 +555,6 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   (it has its own runs, the same for every configuration). ``superseded``:
   the configuration's runs at other budgets, which (f) reads for its last
   rung only."""
-  from studies.arxiv_2505_13027 import claims as rules
   rows = []
   e = rules.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
   ev = "<br>".join(f"{r['pe']} L{r['layer']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
@@ -625,8 +620,6 @@ def pilots_section(pilots, figdir, outdir) -> list[str]:
   ps = faithful_task2_pilots(pilots)
   if not ps:
     return []
-  from pe_spectral import plotting
-  from studies.arxiv_2505_13027.claims import pilot_txt
   budget = lambda p: variant_label(config_variant(p), sections=("train",))
   curves = [{"label": f"{_label(p)}{', ' + budget(p) if budget(p) else ''} "
                       f"({_plateau_txt(p)} plateaued)",
@@ -648,7 +641,6 @@ def pilots_section(pilots, figdir, outdir) -> list[str]:
 def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
            thesis_superseded=(), thesis_count=None, thesis_count_superseded=(),
            pilots=(), runs_dir: str = "") -> str:
-  from pe_spectral import stats
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)

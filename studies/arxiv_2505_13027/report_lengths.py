@@ -11,6 +11,9 @@ import glob
 import json
 import os
 
+from pe_spectral import plotting
+from pe_spectral.extrapolation import Prediction
+
 
 def load_lengths(root: str) -> list[dict]:
   """Every ``<root>/<run>/lengths*.json`` with its run's plateau status."""
@@ -50,7 +53,6 @@ def _cell(row) -> str:
 
 def _prediction_txt(res) -> str:
   """The spectral prediction at the longest length, in words."""
-  from pe_spectral.extrapolation import Prediction
   last = res["lengths"][-1]
   if not last.get("prediction"):
     return "—"
@@ -60,7 +62,6 @@ def _prediction_txt(res) -> str:
 def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
   """PE × test length table (mean [95 % bootstrap CI] over seeds), the spectral
   prediction beside it, the figure, and RoPE's eval-time scalings."""
-  from pe_spectral import plotting
   plain = [r for r in results if r.get("rope_scaling", "none") == "none" and not r.get("shift")]
   if not plain:
     return []
