@@ -19,7 +19,7 @@ from pe_spectral.errors import Remedy, RunError
 
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
            "checked_workdirs", "define_memory_flags", "memory_flags_error", "error_line",
-           "REMEDY_HINTS"]
+           "REMEDY_HINTS", "sweep_args"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -105,6 +105,27 @@ def config_overrides(flag_values=None) -> dict:
             from None
       raise app.UsageError(f"--config.{e}") from None
   return out
+
+
+def _flag_text(value) -> str:
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  return repr(value) if isinstance(value, float) else str(value)
+
+
+def sweep_args(spec: config.RunSpec) -> list[str]:
+  """The ``experiments.sweep`` flags that train ``spec``: a field a build()
+  argument sets by that argument's flag (``--rope_heads=1``, ``--epochs=40``),
+  any other by ``--config.<section>.<field>``. The sweep reads them back into
+  an equal spec (a study's plan runs its runs so)."""
+  args = [f"--preset={spec.preset}", f"--task={spec.task}", f"--pe={spec.pe}"]
+  if spec.faithful:
+    args.append("--faithful")
+  for section, field, value in spec.settings:
+    argument = config.BUILD_ARGUMENTS.get((section, field))
+    flag = argument or f"config.{section}.{field}"
+    args.append(f"--{flag}={_flag_text(value)}")
+  return args
 
 
 def define_memory_flags(when: str, program: str) -> None:

@@ -5,8 +5,10 @@ r"""Multi-seed training sweep: all seeds of a PE in one compiled, vmapped progra
   python -m experiments.sweep --pe=partial_rope --rope_heads=1,2 --faithful
 
 Each (PE, rope_heads) pair runs one after another into its own workdir
-(default ``runs/<task>/<pe>[-k<rope_heads>][-faithful][-<preset>]``; the
-``cpu`` preset has no suffix). Rerunning a command resumes from the last
+(default ``runs/<task>/<pe>[-k<rope_heads>][-faithful][-<preset>][-<field><value>...]``,
+``pe_spectral.config.RunSpec.run_id``: the ``cpu`` preset has no suffix, and
+each flag or ``--config.*`` override that changes what is trained adds its
+field and value). Rerunning a command resumes from the last
 checkpoint; a finished run just prints its summary. Progress goes to stderr,
 the final table to stdout.
 """
@@ -120,32 +122,6 @@ def _int_list(text: str, name: str) -> list[int]:
     raise UsageError(f"--{name} must be an int or comma list of ints, got {text!r}") from None
 
 
-def default_workdir(task: str, pe: str, preset: str, faithful: bool,
-                    rope_heads=None, random_positions=None, overrides=None) -> str:
-  """``runs/<task>/<pe>[-k..][-rp..][-faithful][-<preset>][-<field><value>...]``:
-  each ``--config.*`` override adds its field and value (section-qualified
-  where two sections share the name), so an override never lands in the
-  default run's workdir."""
-  name = pe
-  if rope_heads is not None:
-    name += f"-k{rope_heads}"
-  if random_positions is not None:
-    name += f"-rp{random_positions}"
-  if faithful:
-    name += "-faithful"
-  if preset != "cpu":
-    name += f"-{preset}"
-  import collections
-  count = collections.Counter(n for (_, n) in configs.overridable_fields())
-  shared = {n for n, c in count.items() if c > 1}
-  for section, fields in sorted((overrides or {}).items()):
-    for field, value in sorted(fields.items()):
-      short = field.rsplit(".", 1)[-1]  # pe_options.gamma -> gamma
-      label = f"{section}.{field}" if field in shared else short
-      name += f"-{label}{value}"
-  return os.path.join("runs", task, name)
-
-
 def plan_runs():
   """Validates every flag and returns [(RunConfig, workdir)] before any work."""
   for module in FLAGS.presets_from:
@@ -199,22 +175,25 @@ def plan_runs():
   runs = []
   for pe in pes:
     for k in (heads if takes(pe, "rope_heads") else [None]):
+      if k is None and takes(pe, "rope_heads"):  # the default is in the name too
+        k = encodings.PartialRopeOptions().heads
+      settings = {f"{section}.{field}": value for section, fields in overrides.items()
+                  for field, value in fields.items()}
+      settings.update({
+          "model.pe_options.heads": k,
+          "model.pe_options.slopes": FLAGS.alibi_slopes if takes(pe, "alibi_slopes") else None,
+          "model.random_positions": FLAGS.random_positions,
+          "task.data_seed": FLAGS.data_seed or None, "train.epochs": FLAGS.epochs,
+          "train.steps": FLAGS.steps, "train.batch_size": FLAGS.batch_size,
+          "train.learning_rate": FLAGS.learning_rate})
       try:
-        rc = configs.build(FLAGS.preset, FLAGS.task, pe, faithful=FLAGS.faithful,
-                           rope_heads=k, data_seed=FLAGS.data_seed,
-                           epochs=FLAGS.epochs, steps=FLAGS.steps,
-                           batch_size=FLAGS.batch_size,
-                           learning_rate=FLAGS.learning_rate,
-                           alibi_slopes=FLAGS.alibi_slopes if takes(pe, "alibi_slopes")
-                           else None, random_positions=FLAGS.random_positions,
-                           attention_block=FLAGS.attention_block, remat=FLAGS.remat,
-                           dtype=FLAGS.dtype, overrides=overrides)
+        spec = configs.RunSpec.of(FLAGS.task, pe, preset=FLAGS.preset,
+                                  faithful=FLAGS.faithful, settings=settings)
+        rc = spec.build(attention_block=FLAGS.attention_block, remat=FLAGS.remat,
+                        dtype=FLAGS.dtype)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
-      workdir = FLAGS.workdir or default_workdir(
-          FLAGS.task, pe, FLAGS.preset, FLAGS.faithful,
-          encodings.rope_heads_option(rc.model), FLAGS.random_positions, overrides)
-      runs.append((rc, workdir))
+      runs.append((rc, FLAGS.workdir or os.path.join("runs", spec.run_id())))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "
                      "workdir per PE")

@@ -1,13 +1,15 @@
 """The one configuration table: named presets and the run config built from them.
 
-Presets: ``smoke`` (tests, seconds), ``cpu`` (default, minutes), ``study``,
-``deposit`` and ``long`` (the converged study, docs/presets.md), ``paper`` (GPU).
+Presets: ``smoke`` (tests, seconds), ``cpu`` (default, minutes), ``paper``
+(GPU); a study registers its own (:func:`register_preset`, docs/presets.md).
 A preset fixes model sizes (:data:`MODEL_PRESETS`), both tasks' generators
 (:data:`TASK_PRESETS`) and the training loop (:data:`TRAIN_PRESETS`).
 :func:`build` turns (preset, task, pe, faithful, overrides) into a validated
 :class:`RunConfig` of the three frozen config dataclasses the library uses;
 :func:`train_settings` is the budget a (preset, pe, faithful) gets before any
 override. Validation happens here and in the config dataclasses themselves.
+:class:`RunSpec` is one run's identity (preset, task, PE, mode and the fields
+set away from the preset) and its name, ``<task>/<pe>[-...]``.
 
 >>> rc = build("smoke", "distance", "rope")
 >>> rc.model.d_model, rc.task.seq_len, rc.train.batch_size
@@ -15,6 +17,7 @@ override. Validation happens here and in the config dataclasses themselves.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
@@ -323,3 +326,117 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
 def is_workdir(workdir) -> bool:
   """Whether ``workdir`` is a sweep workdir (it holds ``config.json``)."""
   return bool(workdir) and os.path.exists(os.path.join(workdir, "config.json"))
+
+
+# ---------------------------------------------------------------------------
+# One run's identity.
+
+# Fields a run's name labels briefly, right after the PE (the names workdirs
+# have always had: ``partial_rope-k1``, ``rope-rp1024``).
+_NAME_PREFIXES = {("model", "pe_options.heads"): "k", ("model", "random_positions"): "rp"}
+# build() arguments that choose how a run computes, not what it computes: they
+# are not part of a run's identity (a resume may change them).
+HOW_TO_COMPUTE = ("attention_block", "remat", "dtype")
+
+
+def _settable_fields() -> set:
+  """``(section, field)`` of every field a :class:`RunSpec` may set: the
+  overridable ones and those a :func:`build` argument sets, bar the PE, the
+  task, the mode and the memory options (the spec's own fields, or not
+  identity)."""
+  own = {("model", "pe"), ("model", "faithful"), ("task", "name")}
+  how = {k for k, a in BUILD_ARGUMENTS.items() if a in HOW_TO_COMPUTE}
+  return (set(overridable_fields()) | set(BUILD_ARGUMENTS)) - own - how
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One run: a preset's task, PE and mode, and the typed config fields set
+  away from the preset's values (``settings``: ``(section, field, value)``,
+  e.g. ``("model", "pe_options.heads", 1)`` for RoPE on one head or
+  ``("model", "dropout", 0.0)``). Its :attr:`name` names its workdir
+  (``<pe>[-k<heads>][-rp<n>][-faithful][-<preset>][-<tag> | -<field><value>...]``,
+  the preset left out when it is ``cpu``) and :meth:`run_id` is
+  ``<task>/<name>``: the sweep's default workdir, a study's plan and its rules
+  all name a run so. ``tag`` names the non-prefix settings in one word
+  instead of listing them; it is not part of what the run trains, so two
+  specs that differ only in it are equal."""
+  task: str
+  pe: str
+  preset: str = "cpu"
+  faithful: bool = False
+  settings: tuple = ()
+  tag: str = dataclasses.field(default="", compare=False)
+
+  def __post_init__(self):
+    settable = _settable_fields()
+    seen = set()
+    for section, name, _ in self.settings:
+      if (section, name) not in settable:
+        raise ValueError(f"a run spec cannot set {section}.{name}")
+      if (section, name) in seen:
+        raise ValueError(f"a run spec sets {section}.{name} twice")
+      seen.add((section, name))
+    object.__setattr__(self, "settings", tuple(sorted(self.settings, key=lambda s: s[:2])))
+
+  @classmethod
+  def of(cls, task: str, pe: str, *, preset: str = "cpu", faithful: bool = False,
+         settings: Optional[dict] = None, tag: str = "") -> "RunSpec":
+    """From ``settings`` as ``{"section.field": value}`` (values typed, or
+    text that :func:`parse_override` reads; None values are left out)."""
+    out = []
+    for key, value in (settings or {}).items():
+      section, name = key.split(".", 1)
+      if isinstance(value, str) and (section, name) in overridable_fields():
+        value = parse_override(section, name, value)
+      if value is not None:
+        out.append((section, name, value))
+    return cls(task, pe, preset, faithful, tuple(out), tag)
+
+  def get(self, key: str, default=None):
+    """A setting's value by ``"section.field"``, or ``default``."""
+    return next((v for s, n, v in self.settings if f"{s}.{n}" == key), default)
+
+  @property
+  def variant(self) -> dict:
+    """``{"section.field": value}`` of the settings other than the PE's
+    options (those the PE's label names)."""
+    return {f"{s}.{n}": v for s, n, v in self.settings if not n.startswith("pe_options.")}
+
+  @property
+  def name(self) -> str:
+    name = self.pe
+    for field, prefix in _NAME_PREFIXES.items():
+      value = self.get(".".join(field))
+      if value is not None:
+        name += f"-{prefix}{value}"
+    if self.faithful:
+      name += "-faithful"
+    if self.preset != "cpu":
+      name += f"-{self.preset}"
+    if self.tag:
+      return f"{name}-{self.tag}"
+    shared = collections.Counter(n for (_, n) in _settable_fields())
+    for section, field, value in self.settings:
+      if (section, field) not in _NAME_PREFIXES:
+        short = field.rsplit(".", 1)[-1]  # pe_options.gamma -> gamma
+        name += f"-{section}.{field}{value}" if shared[field] > 1 else f"-{short}{value}"
+    return name
+
+  def run_id(self) -> str:
+    return f"{self.task}/{self.name}"
+
+  def build(self, **how) -> RunConfig:
+    """The run's validated configs (:func:`build`); ``how``: the memory and
+    precision options of :data:`HOW_TO_COMPUTE`."""
+    if set(how) - set(HOW_TO_COMPUTE):
+      raise TypeError(f"RunSpec.build takes only {', '.join(HOW_TO_COMPUTE)}")
+    kwargs, overrides = dict(how), {}
+    for section, field, value in self.settings:
+      argument = BUILD_ARGUMENTS.get((section, field))
+      if argument:
+        kwargs[argument] = value
+      else:
+        overrides.setdefault(section, {})[field] = value
+    return build(self.preset, self.task, self.pe, faithful=self.faithful,
+                 overrides=overrides, **kwargs)

@@ -33,7 +33,7 @@ def test_claim_a_reproduced_refuted_and_not_converged():
   # every comparison made so far won, but a rival is still to run: not reproduced yet
   a = _by_id(win[:3], "a")
   assert a["verdict"] == C.RIVALS_MISSING and len(a["rows"]) == 2
-  assert [s["pe"] for s in a["missing"]] == rivals[2:]
+  assert [s.pe for s in a["missing"]] == rivals[2:]
   assert C.cannot_change(a) is None  # the missing rivals can still refute it
   lose = [_run("rope", 97.0), _run("learned", 98.0, seed=2)]
   assert _by_id(lose, "a")["verdict"] == "refuted"
@@ -60,7 +60,7 @@ def test_claim_b_needs_both_comparisons():
   # the row names the run it waits for, by the fields find() looks it up by
   assert _by_id(runs, "b")["missing"] == []
   assert _by_id(runs[:2], "b")["missing"] == [C.run_spec("count", "rope", preset="study")]
-  assert [s["pe"] for s in _by_id(runs[1:2], "d")["missing"]] == [
+  assert [s.pe for s in _by_id(runs[1:2], "d")["missing"]] == [
       "rope", "rope_sinusoidal", "sinusoidal"]
   assert _by_id(runs[1:], "a2")["missing"] == [
       C.run_spec("distance", "rope", preset="study"),
@@ -143,7 +143,7 @@ def test_not_testable_at_the_largest_budget_only_when_nothing_else_decides():
                  seed=10 + i, **L) for i, pe in enumerate(others)]
   ref = _run("rope", 97.0, **L)
   assert _long([ref] + rivals[:-1], "a")["verdict"] == "inconclusive"  # mla pending
-  assert [m["pe"] for m in _long([ref] + rivals[:-1], "a")["missing"]] == ["mla"]
+  assert [m.pe for m in _long([ref] + rivals[:-1], "a")["missing"]] == ["mla"]
   full = _long([ref] + rivals, "a")
   assert full["missing"] == []
   assert full["verdict"] == ("not testable at this scale (alibi did not converge at long: "
@@ -412,4 +412,4 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   runs_ok = [runs[0], dep("alibi", 8, False)]
   assert C.claim_g_of(runs_ok)["verdict"] == "not run"
   assert all(why is None for s, why in C.waiting(runs_ok)
-             if s["preset"] == "deposit" and not s["faithful"])
+             if s.preset == "deposit" and not s.faithful)

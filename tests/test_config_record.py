@@ -231,10 +231,10 @@ def test_pe_options_are_set_by_their_own_flags_and_refused_for_another_pe():
     configs.build("smoke", "distance", "rope", overrides={"model": {"pe_options.gamma": 0.25}})
   with pytest.raises(ValueError, match="PRopeOptions.*no field 'gamma'"):
     configs.build("smoke", "distance", "p_rope", overrides={"model": {"pe_options.gamma": 0.2}})
-  from experiments import sweep  # the default workdir names the option by its field
-  assert sweep.default_workdir("distance", "xpos", "smoke", False, None, None,
-                               {"model": {"pe_options.gamma": 0.25}}).endswith(
-                                   "xpos-smoke-gamma0.25")
+  # a run's name (the sweep's default workdir) names the option by its field
+  spec = configs.RunSpec.of("distance", "xpos", preset="smoke",
+                            settings={"model.pe_options.gamma": 0.25})
+  assert spec.run_id() == "distance/xpos-smoke-gamma0.25"
   # equal options, however given, are one config (one cache entry, one record)
   a = configs.build("smoke", "distance", "partial_rope", rope_heads=1).model
   b = configs.build("smoke", "distance", "partial_rope").model
@@ -315,3 +315,27 @@ def test_a_study_registers_its_presets_and_the_library_has_none_of_them():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=os.path.join(os.path.dirname(__file__), ".."))
   assert out.stdout.split() == ["smoke,cpu,paper", "smoke,cpu,paper,study,deposit,long"]
+
+
+def test_a_run_spec_is_one_identity_for_its_name_and_its_configs():
+  """config.RunSpec: its configs are build()'s for the same arguments, its
+  name lists what it sets (prefixes first, the preset unless cpu), a tag
+  renames without changing the run, and a field it cannot own is refused."""
+  spec = configs.RunSpec.of("distance", "partial_rope", preset="smoke", faithful=True,
+                            settings={"model.pe_options.heads": 2, "train.epochs": 3,
+                                      "model.dropout": "0", "model.random_positions": 64})
+  assert spec.run_id() == "distance/partial_rope-k2-rp64-faithful-smoke-dropout0.0-epochs3"
+  assert spec.build(remat=True) == configs.build(
+      "smoke", "distance", "partial_rope", faithful=True, rope_heads=2, epochs=3,
+      random_positions=64, remat=True, overrides={"model": {"dropout": 0.0}})
+  assert spec.variant == {"model.dropout": 0.0, "model.random_positions": 64,
+                          "train.epochs": 3}
+  tagged = dataclasses.replace(spec, tag="short")
+  assert tagged == spec and tagged.name == "partial_rope-k2-rp64-faithful-smoke-short"
+  assert configs.RunSpec.of("count", "rope").run_id() == "count/rope"
+  for bad in ({"model.pe": "nope"}, {"model.remat": True}, {"model.nosuch": 1}):
+    with pytest.raises(ValueError):
+      configs.RunSpec.of("distance", "rope", settings=bad)
+  with pytest.raises(ValueError, match="twice"):
+    configs.RunSpec("distance", "rope", settings=(("model", "dropout", 0.0),
+                                                  ("model", "dropout", 0.1)))

@@ -39,7 +39,7 @@ def test_new_pes_sweep_ablate_decompose_report(tmp_path):
   ablate and decompose (a comma list of workdirs), then the report."""
   _cli("experiments.sweep", f"--pe={','.join(E2E_PES)}", "--preset=smoke", "--seeds=2",
        "--steps=6", "--eval_every=6", cwd=tmp_path)
-  wds = [str(tmp_path / "runs" / "distance" / f"{pe}-smoke") for pe in E2E_PES]
+  wds = [str(tmp_path / "runs" / "distance" / f"{pe}-smoke-steps6") for pe in E2E_PES]
   _cli("experiments.ablate", f"--workdir={','.join(wds)}", cwd=tmp_path)
   _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
   for pe, wd in zip(E2E_PES, wds):

@@ -57,8 +57,8 @@ def test_every_run_a_claim_waits_for_is_planned():
   for spec in specs:
     e = study.entry_for(spec)
     assert e is not None, spec
-    assert (e.task, e.pe, e.preset, e.faithful) == (spec["task"], spec["pe"], spec["preset"],
-                                                    spec["faithful"])
+    assert (e.task, e.pe, e.preset, e.faithful) == (spec.task, spec.pe, spec.preset,
+                                                    spec.faithful)
     keys.append(e.key)
   assert "count/nope-long-dropout0" in keys and "count/nope-study-len80-dropout0" in keys
   assert "distance/partial_rope-k1-study" in keys and "count/mla-faithful-study" in keys
@@ -246,10 +246,11 @@ def test_registered_configurations_reach_the_sweep_and_the_report():
     args = e.sweep_args("R", 5)
     assert f"--workdir=R/{e.key}" in args
     over = {}
+    given = dict(a[len("--config."):].split("=", 1) for a in args if a.startswith("--config."))
     for field, value in e.overrides:
-      assert f"--config.{field}={value}" in args
       sec, name = field.split(".", 1)
       over.setdefault(sec, {})[name] = configs.parse_override(sec, name, value)
+      assert configs.parse_override(sec, name, given[field]) == over[sec][name]
     rc = configs.build(e.preset, e.task, e.pe, epochs=e.epochs, overrides=over)
     if e.epochs is not None:
       assert f"--epochs={e.epochs}" in args
@@ -257,7 +258,7 @@ def test_registered_configurations_reach_the_sweep_and_the_report():
          "config": {"run": rc.to_dict()}}
     config = (e.preset, claims.config_variant(r))
     assert config in claims.TASK2_CONFIGS, config
-    assert e.variant == config[1]  # the entry's own reading matches the report's
+    assert e.spec.variant == config[1]  # the entry's own reading matches the report's
     judged.add(claims.variant_label(config[1]) + "@" + e.preset)
   assert len(judged) == len(claims.TASK2_CONFIGS)  # every registered configuration is planned
   # the preset's own entries stay untagged
@@ -400,3 +401,35 @@ def test_import_results_from_another_machine(tmp_path, monkeypatch):
   assert log.count("imported from gpu") == 2
   assert git("status", "--porcelain", "res") == ""    # all of it committed
   assert study.import_results("gpu", "res", commit=True) == []  # nothing new the second time
+
+
+def test_the_plan_names_every_committed_run_as_it_was_named():
+  """The run identity (config.RunSpec) keeps the names the committed runs
+  carry: each one under results/runs/ is a plan entry's key."""
+  from studies.arxiv_2505_13027 import RESULTS
+  root = os.path.join(RESULTS, "runs")
+  committed = {f"{t}/{n}" for t in os.listdir(root) for n in os.listdir(os.path.join(root, t))}
+  assert len(committed) >= 40
+  assert committed <= {e.key for e in study.PLAN}
+
+
+def test_the_sweep_reads_a_plan_entry_back_into_the_same_run():
+  """A plan entry's flags (experiments.cli.sweep_args), parsed by the sweep
+  itself, build the entry's configs, and its default workdir is the entry's
+  name (unless a tag names the entry's settings in one word)."""
+  from absl.testing import flagsaver
+
+  from experiments import sweep
+  checked = 0
+  for e in study.PLAN:
+    args = e.sweep_args("R", 2)
+    args = [a for a in args if not a.startswith("--workdir=")]
+    with flagsaver.flagsaver():
+      sweep.FLAGS(["sweep", *args])
+      [(rc, workdir)] = sweep.plan_runs()
+      sweep.FLAGS.unparse_flags()
+    assert rc == e.spec.build(), e.key
+    if not e.tag:
+      assert workdir == os.path.join("runs", e.key)
+      checked += 1
+  assert checked > 30

@@ -294,11 +294,12 @@ def test_help_exits_0():
 
 def test_any_config_field_from_the_command_line(tmp_path):
   """--config.<section>.<field> reaches config.json and the default workdir's
-  name; a resume with another value is refused, naming the field."""
+  name (as does --steps: a run trained for other steps is another run); a
+  resume with another value is refused, naming the field."""
   _sweep("--preset=smoke", "--seeds=1", "--steps=2", "--eval_every=2",
          "--config.model.d_ff=48", "--config.train.b2=0.99",
          "--config.task.max_len=22", cwd=tmp_path)
-  wd = tmp_path / "runs" / "distance" / "rope-smoke-d_ff48-task.max_len22-b20.99"
+  wd = tmp_path / "runs" / "distance" / "rope-smoke-d_ff48-task.max_len22-b20.99-steps2"
   with open(wd / "config.json") as f:
     run = json.load(f)["run"]
   assert (run["model"]["d_ff"], run["train"]["b2"], run["task"]["max_len"]) == (48, 0.99, 22)

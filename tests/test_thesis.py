@@ -233,7 +233,7 @@ def test_recorded_runs_feed_the_report_section(tmp_path):
   root = tmp_path / "thesis"
   root.mkdir()
   for pe in pes:
-    os.symlink(tmp_path / "runs" / "distance" / f"{pe}-smoke", root / pe)
+    os.symlink(tmp_path / "runs" / "distance" / f"{pe}-smoke-steps16", root / pe)
   sys.path.insert(0, repo)
   from studies.arxiv_2505_13027 import report, report_thesis
   truns = report_thesis.load_thesis(str(root))

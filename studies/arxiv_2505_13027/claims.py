@@ -192,11 +192,13 @@ def find(runs, task, pe, *, preset, faithful=False, rope_heads=None, variant=Non
   return None
 
 
-def run_spec(task, pe, *, preset, faithful=False, rope_heads=None, variant=None) -> dict:
-  """A run a claim needs, named by the fields :func:`find` looks it up by (a
-  claim's ``"missing"`` entries: the runs its row still waits for)."""
-  return {"task": task, "pe": pe, "preset": preset, "faithful": faithful,
-          "rope_heads": rope_heads, "variant": dict(variant or {})}
+def run_spec(task, pe, *, preset, faithful=False, rope_heads=None,
+             variant=None) -> configs.RunSpec:
+  """A run a claim needs (a claim's ``"missing"`` entries: the runs its row
+  still waits for), as the library names runs: :func:`find`'s fields, with
+  ``variant`` (:func:`config_variant`) as its settings."""
+  return configs.RunSpec.of(task, pe, preset=preset, faithful=faithful,
+                            settings={**(variant or {}), "model.pe_options.heads": rope_heads})
 
 
 def plateau_of(r) -> dict:

@@ -65,46 +65,27 @@ class Entry:
   epochs: Optional[int] = None  # a registered budget other than the preset's
 
   @property
+  def spec(self) -> configs.RunSpec:
+    """This run's identity (the library's RunSpec): what the claims wait
+    for, and what names its workdir."""
+    settings = dict(self.overrides)
+    settings.update({"model.pe_options.heads": self.rope_heads, "train.epochs": self.epochs})
+    return configs.RunSpec.of(self.task, self.pe, preset=self.preset, faithful=self.faithful,
+                              settings=settings, tag=self.tag)
+
+  @property
   def name(self) -> str:
-    n = self.pe
-    if self.rope_heads is not None:
-      n += f"-k{self.rope_heads}"
-    if self.faithful:
-      n += "-faithful"
-    return f"{n}-{self.preset}" + (f"-{self.tag}" if self.tag else "")
+    return self.spec.name
 
   @property
   def key(self) -> str:
-    return f"{self.task}/{self.name}"
-
-  @property
-  def variant(self) -> dict:
-    """The fields this entry sets away from its preset, keyed and typed as
-    ``claims.config_variant`` reads them from a finished run's config."""
-    out = {field: configs.parse_override(*field.split(".", 1), value)
-           for field, value in self.overrides}
-    if self.epochs is not None:
-      out["train.epochs"] = self.epochs
-    return out
-
-  @property
-  def spec(self) -> dict:
-    """This run as ``claims.run_spec`` names it."""
-    return claims.run_spec(self.task, self.pe, preset=self.preset, faithful=self.faithful,
-                           rope_heads=self.rope_heads, variant=self.variant)
+    return self.spec.run_id()
 
   def sweep_args(self, runs_root: str, seeds: int) -> list[str]:
-    args = [f"--preset={self.preset}", f"--task={self.task}", f"--pe={self.pe}",
-            f"--seeds={seeds}", f"--workdir={os.path.join(runs_root, self.key)}"]
+    args = cli.sweep_args(self.spec) + [f"--seeds={seeds}",
+                                        f"--workdir={os.path.join(runs_root, self.key)}"]
     if self.preset in presets.NAMES:  # the study's own presets
       args.append(f"--presets_from={presets.MODULE}")
-    if self.faithful:
-      args.append("--faithful")
-    if self.rope_heads is not None:
-      args.append(f"--rope_heads={self.rope_heads}")
-    if self.epochs is not None:
-      args.append(f"--epochs={self.epochs}")
-    args += [f"--config.{field}={value}" for field, value in self.overrides]
     return args
 
 
@@ -180,7 +161,7 @@ def _entries() -> list[Entry]:
 PLAN = _entries()
 
 
-def entry_for(spec: dict) -> Optional[Entry]:
+def entry_for(spec: configs.RunSpec) -> Optional[Entry]:
   """The plan's entry for a run a claim needs (``claims.run_spec``), or None."""
   return next((e for e in PLAN if e.spec == spec), None)
 

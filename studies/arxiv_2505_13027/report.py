@@ -241,7 +241,7 @@ def missing_txt(specs, lead: str = "waits for") -> str:
   parts = [f"`{e.key}` (P{e.priority})"
            for e, _ in sorted((f for f in found if f[0] is not None),
                               key=lambda f: order[f[0].key])]
-  parts += [f"{spec['task']}/{spec['pe']} at {spec['preset']} (not in the study plan)"
+  parts += [f"{spec.task}/{spec.pe} at {spec.preset} (not in the study plan)"
             for e, spec in found if e is None]
   return (f"{lead} " + ", ".join(parts)) if parts else ""
 
