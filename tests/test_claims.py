@@ -1,6 +1,8 @@
 """The paper's claims as a library (studies.arxiv_2505_13027.claims) on hand-made run
 records: reproduced, refuted, inconclusive and not-converged cases, without
 files or markdown."""
+import os
+
 import numpy as np
 import pytest
 
@@ -133,7 +135,7 @@ def test_not_testable_at_the_largest_budget_only_when_nothing_else_decides():
   assert a2["preset"] == "long" and a2["missing"] == []
   assert a2["verdict"] == ("not testable at this scale (partial_rope (k=1) did not converge "
                            "at long: 1/8 seeds plateaued)")
-  assert a2["verdict"].startswith(C.NOT_TESTABLE)
+  assert a2["verdict"].outcome is C.Outcome.NOT_TESTABLE
   # the same runs at study: the plan has a longer budget, so it is only inconclusive
   at_study = [_run("rope", 97.0), dict(part, preset="study")]
   assert _by_id(at_study, "a2")["verdict"] == "inconclusive"
@@ -173,7 +175,7 @@ def test_an_unconverged_reference_at_the_largest_budget_is_not_testable_at_once(
   assert a["verdict"] == ("not testable at this scale (rope did not converge at long: "
                           "2/8 seeds plateaued)")
   assert len(a["missing"]) == len(C.CLAIM_PES["task1"]) - 3  # still listed
-  assert _long([ref], "a")["verdict"].startswith(C.NOT_TESTABLE)  # no rival at all
+  assert _long([ref], "a")["verdict"].outcome is C.Outcome.NOT_TESTABLE  # no rival at all
   # a converged reference is judged as before, missing rivals or not: a converged
   # refutation decides, a converged tie keeps it inconclusive
   conv = dict(ref, plateau={"per_seed": [True] * 8})
@@ -184,9 +186,9 @@ def test_an_unconverged_reference_at_the_largest_budget_is_not_testable_at_once(
   assert _by_id([dict(ref, preset="study")] + [dict(r, preset="study") for r in rivals],
                 "a")["verdict"] == "inconclusive"
   # (a2): its full-RoPE run is the reference; partial RoPE still missing
-  assert _long([ref], "a2")["verdict"].startswith(C.NOT_TESTABLE)
+  assert _long([ref], "a2")["verdict"].outcome is C.Outcome.NOT_TESTABLE
   # the test-accuracy column uses its own rule: no records, no test plateau
-  assert a["verdict_test_rule"].startswith(C.NOT_TESTABLE)
+  assert a["verdict_test_rule"].outcome is C.Outcome.NOT_TESTABLE
 
 
 def test_compare_is_paired_on_shared_seeds():
@@ -335,13 +337,13 @@ def test_faithful_task2_rows_without_runs_are_labelled_by_the_pilots():
                                    and c["preset"] == "study" and not c.get("variant")}
   v = verdicts([], [slow])
   for cid in ("b", "d"):
-    assert v[(cid, "faithful")][0].startswith(C.NOT_TESTABLE)
+    assert v[(cid, "faithful")][0].outcome is C.Outcome.NOT_TESTABLE
     assert "seeds 8–9: 0/2 seeds plateaued" in v[(cid, "faithful")][0]
     assert v[(cid, "clean")] == ("not run", "not run")  # the pilots are faithful mode's only
   assert verdicts([], [])[("b", "faithful")] == ("not run", "not run")
   # a pilot that converged (here by the test-accuracy rule only) leaves that column "not run"
   v = verdicts([], [slow, flat_test])
-  assert v[("b", "faithful")][0].startswith(C.NOT_TESTABLE)
+  assert v[("b", "faithful")][0].outcome is C.Outcome.NOT_TESTABLE
   assert v[("b", "faithful")][1] == "not run"
   # a clean pilot or a Task 1 pilot labels nothing
   clean = dict(slow, faithful=False)
@@ -382,7 +384,8 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   a_long = next(c for c in C.claims([ref])
                 if c["id"] == "a" and c["mode"] == "clean" and c["preset"] == "long")
   assert a_long["missing"] and C.cannot_change(a_long) == "the reference did not converge"
-  assert C.cannot_change({"id": "b", "verdict": f"{C.NOT_TESTABLE} (pilots)"}) is None
+  assert C.cannot_change({"id": "b", "verdict": C.Verdict(C.Outcome.NOT_TESTABLE,
+                                                                   "pilots")}) is None
   # once the long reference exists the study row no longer judges: its missing runs
   # cannot change the verdict, whatever the study row shows
   study_ref = _run("rope", 97.0)
@@ -413,3 +416,33 @@ def test_cannot_change_and_waiting_name_the_runs_no_verdict_needs():
   assert C.claim_g_of(runs_ok)["verdict"] == "not run"
   assert all(why is None for s, why in C.waiting(runs_ok)
              if s.preset == "deposit" and not s.faithful)
+
+
+def test_verdicts_are_outcomes_with_reasons_never_parsed_text():
+  """A Verdict reads as the report's text but carries its outcome and reason;
+  every verdict the rules give on the committed runs is one (so no rule has
+  to match a verdict by its words), and a NOT_TESTABLE one is found by its
+  outcome whatever its reason says."""
+  import copy
+  import pickle
+  V, O = C.Verdict, C.Outcome
+  v = V(O.NOT_TESTABLE, "rope did not converge at long: 1/8 seeds plateaued")
+  assert v == "not testable at this scale (rope did not converge at long: 1/8 seeds plateaued)"
+  assert (v.outcome, v.reason) == (O.NOT_TESTABLE, "rope did not converge at long: 1/8 seeds "
+                                                   "plateaued")
+  assert V(O.OBSERVED, "nope − rope: NoPE better") == "nope − rope: NoPE better"
+  assert V(O.INCONCLUSIVE) == "inconclusive" and V.of("refuted").outcome is O.REFUTED
+  for twin in (copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
+    assert twin == v and twin.outcome is O.NOT_TESTABLE and twin.reason == v.reason
+  assert C.combine([V(O.REPRODUCED), V(O.REFUTED, "x")]).outcome is O.REFUTED
+  assert C.combine([V(O.REPRODUCED), V(O.INCONCLUSIVE, "reproduced later")]) == "inconclusive"
+  from pe_spectral import workdir
+  from studies.arxiv_2505_13027 import RESULTS
+  runs = workdir.load_runs(os.path.join(RESULTS, "runs"))
+  rows = C.claims(runs)
+  assert len(rows) >= 8
+  for c in rows:
+    for key in ("verdict", "verdict_test_rule"):
+      assert isinstance(c[key], V), (c["id"], key, c[key])
+      for _, p in c.get("rows", []):
+        assert isinstance(p["verdict"], V)

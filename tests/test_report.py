@@ -333,7 +333,8 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
 
   from studies.arxiv_2505_13027 import claims as rules
   from studies.arxiv_2505_13027 import report
-  from studies.arxiv_2505_13027.claims import NOT_TESTABLE
+  from studies.arxiv_2505_13027.claims import Outcome
+  NOT_TESTABLE = Outcome.NOT_TESTABLE.value  # the text a verdict reads as
   monkeypatch.setattr(report, "thesis_section", lambda *a, **k: [])  # figures: not tested here
 
   def at(run, epochs):

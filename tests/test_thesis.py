@@ -372,7 +372,8 @@ def test_a_pair_that_fails_at_the_last_rung_is_not_testable():
   LAST_RUNG_EPOCHS, judged or waiting for its partner, makes its pair's
   unconverged (f) *not testable at this scale*; below the last rung, or when
   the last-rung run converged, the rules are unchanged."""
-  from studies.arxiv_2505_13027.claims import NOT_TESTABLE
+  from studies.arxiv_2505_13027.claims import Outcome
+  NOT_TESTABLE = Outcome.NOT_TESTABLE.value  # the text a verdict reads as
   last = rules.LAST_RUNG_EPOCHS
   four = {pe: _with_budget(r, 64) for pe, r in _four().items()}
   slow64 = _with_budget(_run("rope_additive", "additive", ratio=1.2, speed=5, plateaued=1,

@@ -8,6 +8,7 @@ rule is unit-tested on hand-made records.
 """
 from __future__ import annotations
 
+import enum
 from typing import Optional, Sequence
 
 import numpy as np
@@ -19,18 +20,18 @@ from studies.arxiv_2505_13027 import presets  # noqa: F401 -- registers study, d
 
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",
            "DEPOSIT_PRESET", "LONG_PRESET", "CONVERGED_FRAC", "enough_plateaued", "CLOSE_MARGIN",
-           "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged",
-           "plateau_of", "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare",
-           "combine", "claim_preset", "claim_presets", "claims", "run_label", "budget_override",
+           "DEPOSIT_RATIO", "DEPOSIT_SEED_FRAC", "deposit_rule", "find", "converged", "plateau_of",
+           "plateau_of_test_accuracy", "converged_by_test_accuracy", "compare", "combine",
+           "claim_preset", "claim_presets", "claims", "run_label", "budget_override",
            "config_variant", "variant_label", "preset_label", "paper_number", "encoding_of",
-           "mode_of", "TASK2_CONFIGS", "run_spec", "LARGEST_PRESET", "NOT_TESTABLE",
-           "RIVALS_MISSING", "scale_verdict", "unconverged_txt", "pilot_txt", "pilots_verdict",
-           "faithful_task2_pilots", "claim_g_of", "cannot_change", "waiting", "REFUTATION",
-           "PAIRS", "thesis_converged", "coupling_ratio", "ratio_over_training", "early_ratio",
-           "examples_to_threshold", "peak_sharpness", "spike_counts", "claim_e", "claim_f_pair",
-           "claim_f", "claim_f2", "G_MULTIPLICATIVE", "G_ADDITIVE", "claim_g", "budget",
-           "judged_runs", "load", "task_of", "registered_spike_floor", "peak_sharpness_at",
-           "LAST_RUNG_EPOCHS"]
+           "mode_of", "TASK2_CONFIGS", "run_spec", "LARGEST_PRESET", "Outcome", "Verdict",
+           "NOT_RUN", "RIVALS_MISSING", "scale_verdict", "unconverged_txt", "pilot_txt",
+           "pilots_verdict", "faithful_task2_pilots", "claim_g_of", "cannot_change", "waiting",
+           "REFUTATION", "PAIRS", "thesis_converged", "coupling_ratio", "ratio_over_training",
+           "early_ratio", "examples_to_threshold", "peak_sharpness", "spike_counts", "claim_e",
+           "claim_f_pair", "claim_f", "claim_f2", "G_MULTIPLICATIVE", "G_ADDITIVE", "claim_g",
+           "budget", "judged_runs", "load", "task_of", "registered_spike_floor",
+           "peak_sharpness_at", "LAST_RUNG_EPOCHS"]
 
 # The paper's reported test accuracies (docs/protocol.md): faithful mode,
 # paper preset, one seed. The paper's "rope" is our rope_sinusoidal.
@@ -165,10 +166,48 @@ CLOSE_MARGIN = 5.0
 # scale"): a claim judged there that is undecided only because a run did not
 # converge cannot be decided at this project's scale, and says so with the runs.
 LARGEST_PRESET = LONG_PRESET
-NOT_TESTABLE = "not testable at this scale"
+
+
+class Outcome(enum.Enum):
+  """What a rule decided (study.md's words)."""
+  REPRODUCED = "reproduced"
+  REFUTED = "refuted"
+  INCONCLUSIVE = "inconclusive"
+  NOT_TESTABLE = "not testable at this scale"  # undecidable at the plan's largest budget
+  TOO_FEW = "not testable"  # (f2): fewer than two converged runs to correlate
+  NOT_RUN = "not run"
+  OBSERVED = ""  # a finding stated without a verdict word (claim (d): what drives the gap)
+  NO_RULE = "—"  # the column's rule does not apply to the claim
+
+
+class Verdict(str):
+  """A rule's verdict: its ``outcome`` (:class:`Outcome`) and ``reason`` (why,
+  or ""). It reads as the text the report prints, ``"<outcome> (<reason>)"``
+  (the reason alone for :attr:`Outcome.OBSERVED`), so it renders and compares
+  as a string, while the rules and the report branch on ``outcome`` and never
+  parse the text."""
+
+  def __new__(cls, outcome: Outcome, reason: str = ""):
+    text = reason if outcome is Outcome.OBSERVED else (
+        outcome.value + (f" ({reason})" if reason else ""))
+    self = super().__new__(cls, text)
+    self.outcome, self.reason = outcome, reason
+    return self
+
+  def __reduce__(self):
+    return (Verdict, (self.outcome, self.reason))
+
+  @classmethod
+  def of(cls, word: str) -> "Verdict":
+    """A verdict as is, or ``stats.verdict``'s word as one."""
+    return word if isinstance(word, Verdict) else cls(Outcome(word))
+
+
+REPRODUCED, REFUTED = Verdict(Outcome.REPRODUCED), Verdict(Outcome.REFUTED)
+INCONCLUSIVE, NOT_RUN = Verdict(Outcome.INCONCLUSIVE), Verdict(Outcome.NOT_RUN)
 # (a) with every comparison made so far won but rivals still to run: a claim of
 # several comparisons is reproduced only if all of them are (study.md)
-RIVALS_MISSING = "inconclusive (rivals missing)"
+RIVALS_MISSING = Verdict(Outcome.INCONCLUSIVE, "rivals missing")
 
 
 def mode_of(r) -> str:
@@ -235,22 +274,28 @@ def compare(a, b, *, margin=0.0) -> dict:
   p = stats.paired(100 * np.asarray(a["test_accuracy"]),
                    100 * np.asarray(b["test_accuracy"]),
                    seeds_a=a["seeds"], seeds_b=b["seeds"])
-  v = stats.verdict(p, margin=margin)
+  v = Verdict.of(stats.verdict(p, margin=margin))
   conv = converged(a) and converged(b)
   conv2 = converged_by_test_accuracy(a) and converged_by_test_accuracy(b)
-  return {**p, "verdict": v if conv else "inconclusive", "converged": conv,
+  return {**p, "verdict": v if conv else INCONCLUSIVE, "converged": conv,
           "raw_verdict": v, "converged_test": conv2,
-          "verdict_test_rule": v if conv2 else "inconclusive"}
+          "verdict_test_rule": v if conv2 else INCONCLUSIVE}
 
 
-def combine(verdicts) -> str:
+# a bootstrap CI's side of zero (_ci_side) as a verdict
+_SIDES = {1: REPRODUCED, -1: REFUTED, 0: INCONCLUSIVE}
+
+
+def combine(verdicts) -> Verdict:
+  """Refuted if any comparison is, reproduced if all are, else inconclusive."""
   if not verdicts:
-    return "not run"
-  if any(v == "refuted" for v in verdicts):
-    return "refuted"
-  if all(v == "reproduced" for v in verdicts):
-    return "reproduced"
-  return "inconclusive"
+    return NOT_RUN
+  outcomes = [v.outcome for v in verdicts]
+  if Outcome.REFUTED in outcomes:
+    return REFUTED
+  if all(o is Outcome.REPRODUCED for o in outcomes):
+    return REPRODUCED
+  return INCONCLUSIVE
 
 
 def unconverged_txt(r, *, test_rule: bool = False) -> str:
@@ -261,11 +306,11 @@ def unconverged_txt(r, *, test_rule: bool = False) -> str:
 
 
 def scale_verdict(rows, used, *, preset, pending, reference=None,
-                  test_rule: bool = False) -> str:
+                  test_rule: bool = False) -> Verdict:
   """A Task 1 claim's verdict from its comparisons ``rows`` (name, :func:`compare`)
   on the runs ``used``: :func:`combine`'s, except that at :data:`LARGEST_PRESET`,
   with no run ``pending``, a claim undecided only because runs did not converge
-  is :data:`NOT_TESTABLE`, naming them (study.md, fifth amendment). A
+  is :attr:`Outcome.NOT_TESTABLE`, naming them (study.md, fifth amendment). A
   converged comparison still refutes, and one whose CI is merely wide keeps the
   claim inconclusive. ``reference``, the run every comparison includes: if it
   did not converge there, the label is given at once, pending runs or not,
@@ -275,17 +320,18 @@ def scale_verdict(rows, used, *, preset, pending, reference=None,
   vk, ck = ("verdict_test_rule", "converged_test") if test_rule else ("verdict", "converged")
   conv = converged_by_test_accuracy if test_rule else converged
   if preset == LARGEST_PRESET and reference is not None and not conv(reference):
-    return f"{NOT_TESTABLE} ({unconverged_txt(reference, test_rule=test_rule)})"
+    return Verdict(Outcome.NOT_TESTABLE, unconverged_txt(reference, test_rule=test_rule))
   v = combine([p[vk] for _, p in rows])
-  if pending and v == "reproduced":
+  if pending and v.outcome is Outcome.REPRODUCED:
     # "reproduced if all [comparisons] are": a missing rival is not yet beaten
     return RIVALS_MISSING
-  if v != "inconclusive" or preset != LARGEST_PRESET or pending:
+  if v.outcome is not Outcome.INCONCLUSIVE or preset != LARGEST_PRESET or pending:
     return v
-  if any(p[vk] == "inconclusive" and p[ck] for _, p in rows):
+  if any(p[vk].outcome is Outcome.INCONCLUSIVE and p[ck] for _, p in rows):
     return v  # a converged comparison that decides nothing: not a matter of scale
   bad = [r for r in used if not conv(r)]
-  return f"{NOT_TESTABLE} ({'; '.join(unconverged_txt(r, test_rule=test_rule) for r in bad)})"
+  return Verdict(Outcome.NOT_TESTABLE,
+                 "; ".join(unconverged_txt(r, test_rule=test_rule) for r in bad))
 
 
 def _seeds_txt(seeds) -> str:
@@ -316,7 +362,7 @@ def faithful_task2_pilots(pilots) -> list:
 
 def pilots_verdict(pilots, *, test_rule: bool = False):
   """The verdict of a faithful Task 2 row none of whose runs is committed
-  (study.md, sixth amendment): :data:`NOT_TESTABLE`, naming the pilots,
+  (study.md, sixth amendment): :attr:`Outcome.NOT_TESTABLE`, naming the pilots,
   when faithful Task 2 pilots exist and none of them converged (by the rule of
   the column: ``test_rule`` for the test-accuracy one); ``None`` otherwise, and
   the row stays "not run"."""
@@ -324,8 +370,9 @@ def pilots_verdict(pilots, *, test_rule: bool = False):
   conv = converged_by_test_accuracy if test_rule else converged
   if not ps or any(conv(p) for p in ps):
     return None
-  return (f"{NOT_TESTABLE} (no faithful Task 2 configuration converged in the pilots: "
-          + "; ".join(pilot_txt(p, test_rule=test_rule, accuracy=False) for p in ps) + ")")
+  return Verdict(Outcome.NOT_TESTABLE,
+                 "no faithful Task 2 configuration converged in the pilots: "
+                 + "; ".join(pilot_txt(p, test_rule=test_rule, accuracy=False) for p in ps))
 
 
 def claim_preset(runs, task, ref_pe, faithful) -> str:
@@ -391,10 +438,9 @@ def claims(runs, pilots=()) -> list[dict]:
       if part is not None and full is not None:
         p = compare(full, part, margin=CLOSE_MARGIN)
         # the claim is "full − partial < margin": the mirror of "full beats partial by > margin"
-        flip = {"reproduced": "refuted", "refuted": "reproduced"}
-        p = {**p, "verdict": flip.get(p["verdict"], p["verdict"]),
-             "raw_verdict": flip.get(p["raw_verdict"], p["raw_verdict"]),
-             "verdict_test_rule": flip.get(p["verdict_test_rule"], p["verdict_test_rule"])}
+        flip = {Outcome.REPRODUCED: REFUTED, Outcome.REFUTED: REPRODUCED}
+        p = {**p, **{k: flip.get(p[k].outcome, p[k])
+                     for k in ("verdict", "raw_verdict", "verdict_test_rule")}}
         rows.append((f"{full_pe} − {part_pe} (k=1)", p))
       used = [r for r in (full, part) if r is not None]
       at = dict(preset=P2, pending=bool(missing), reference=full)
@@ -422,7 +468,7 @@ def claims(runs, pilots=()) -> list[dict]:
                          "absent in NoPE and ALiBi, weaker in MLA",
                 "paper": "≈ 60 % drop from one layer-1 head of 'rope'",
                 "deposit": rows, "verdict": _deposit_verdict(rows, ref_pe),
-                "verdict_test_rule": "—"})  # its rule does not use convergence
+                "verdict_test_rule": Verdict(Outcome.NO_RULE)})  # no convergence in its rule
   return out
 
 
@@ -459,9 +505,9 @@ def cannot_change(c: dict) -> Optional[str]:
   v = c["verdict"]
   if c.get("judged") is False:
     return f"the {LONG_PRESET} row judges this claim"
-  if v == "refuted":
+  if v.outcome is Outcome.REFUTED:
     return REFUTATION
-  if v.startswith(NOT_TESTABLE) and c["id"] in ("a", "a2"):
+  if v.outcome is Outcome.NOT_TESTABLE and c["id"] in ("a", "a2"):
     return "the reference did not converge"
   if c["id"] == "g" and c.get("unconverged"):
     return f"{', '.join(c['unconverged'])} did not converge"
@@ -505,9 +551,9 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None, pilots=()) ->
           "missing": need(mla_pe, mla2) + need(nope_pe, nope2) + need(ref_pe, rope2),
           "paper": "MLA 97.41 %, NoPE 77.69 %, RoPE 69.43 %", "rows": rows,
           "verdict": combine([p["verdict"] for _, p in rows])
-          if len(rows) == 2 else "not run",
+          if len(rows) == 2 else NOT_RUN,
           "verdict_test_rule": combine([p["verdict_test_rule"] for _, p in rows])
-          if len(rows) == 2 else "not run"}]
+          if len(rows) == 2 else NOT_RUN}]
   rows, missing, needs = [], [], need(nope_pe, nope2)
   drivers = [find(runs, T2, pe, **at) for pe in CLAIM_PES["driver"]]
   for pe, r in zip(CLAIM_PES["driver"], drivers):
@@ -519,9 +565,9 @@ def _task2_claims(runs, faithful: bool, preset: str, variant=None, pilots=()) ->
   out.append({"id": "d", **common, "missing": needs,
               "claim": "Task 2: does the sinusoid or the rotation drive RoPE's gap to NoPE?",
               "paper": "NoPE − 'rope' = 8.3 points", "rows": rows,
-              "verdict": _driver_verdict(rows, missing=missing) if rows else "not run",
+              "verdict": _driver_verdict(rows, missing=missing) if rows else NOT_RUN,
               "verdict_test_rule": _driver_verdict(rows, "converged_test", missing)
-              if rows else "not run"})
+              if rows else NOT_RUN})
   for c, its_runs in zip(out, ([mla2, nope2, rope2], [nope2, *drivers])):
     if all(r is None for r in its_runs):  # none of its runs committed
       for key, test_rule in (("verdict", False), ("verdict_test_rule", True)):
@@ -533,7 +579,7 @@ def _frac_txt(f) -> str:
   return "≥ 2/3" if abs(f - 2 / 3) < 1e-9 else f"≥ {f:.2f}"
 
 
-def _driver_verdict(rows, key: str = "converged", missing=()) -> str:
+def _driver_verdict(rows, key: str = "converged", missing=()) -> Verdict:
   """Each comparison's own statement; those not run yet (``missing``) are
   named last, so a partial row never reads as complete."""
   parts = []
@@ -547,18 +593,18 @@ def _driver_verdict(rows, key: str = "converged", missing=()) -> str:
     else:
       parts.append(f"{name}: no difference shown")
   parts += [f"{name}: not run" for name in missing]
-  if any("not converged" in t for t in parts):
-    return "inconclusive (" + "; ".join(parts) + ")"
-  return "; ".join(parts)
+  if not all(p[key] for _, p in rows):
+    return Verdict(Outcome.INCONCLUSIVE, "; ".join(parts))
+  return Verdict(Outcome.OBSERVED, "; ".join(parts))
 
 
-def _deposit_verdict(rows, ref_pe) -> str:
+def _deposit_verdict(rows, ref_pe) -> Verdict:
   d = {pe: rule for pe, rule, _ in rows}
   if ref_pe not in d:
-    return "not run"
+    return NOT_RUN
   main = d[ref_pe]["fraction"] >= DEPOSIT_SEED_FRAC - 1e-9
   if not main:
-    return "refuted"
+    return REFUTED
   checks = []
   for pe in CLAIM_PES["deposit_absent"]:
     if pe in d:
@@ -567,8 +613,8 @@ def _deposit_verdict(rows, ref_pe) -> str:
   if weaker in d:
     checks.append(d[weaker]["fraction"] < d[ref_pe]["fraction"])
   if len(checks) < 3:
-    return "inconclusive (controls missing)" if all(checks) else "refuted"
-  return "reproduced" if all(checks) else "refuted"
+    return Verdict(Outcome.INCONCLUSIVE, "controls missing") if all(checks) else REFUTED
+  return REPRODUCED if all(checks) else REFUTED
 
 
 # Deposit rule (claim c, and per seed in claim g): a head of an early layer
@@ -737,13 +783,13 @@ def claim_e(runs: dict) -> dict:
                    "ratio": float(np.exp(m)), "lo": float(np.exp(lo)),
                    "hi": float(np.exp(hi)), "holds": side == want})
   if not rows:
-    verdict = "not run"
+    verdict = NOT_RUN
   elif any(s < 0 for s in sides):
-    verdict = "refuted"
+    verdict = REFUTED
   elif all(s > 0 for s in sides) and len(runs) == 2 * len(PAIRS):
-    verdict = "reproduced"
+    verdict = REPRODUCED
   else:
-    verdict = "inconclusive"
+    verdict = INCONCLUSIVE
   return {"rows": rows, "verdict": verdict}
 
 
@@ -759,13 +805,13 @@ def claim_f_pair(mult: dict, add: dict) -> dict:
   side = {k: _ci_side(out[k]["lo"], out[k]["hi"]) for k in ("examples", "sharpness",
                                                            "spikes")}
   if not all(out["converged"].values()):
-    v = "inconclusive (not converged)"
+    v = Verdict(Outcome.INCONCLUSIVE, "not converged")
   elif side["examples"] < 0 or (side["sharpness"] < 0 and side["spikes"] < 0):
-    v = "refuted"
+    v = REFUTED
   elif side["examples"] > 0 and (side["sharpness"] > 0 or side["spikes"] > 0):
-    v = "reproduced"
+    v = REPRODUCED
   else:
-    v = "inconclusive"
+    v = INCONCLUSIVE
   out["verdict"] = v
   return out
 
@@ -793,25 +839,25 @@ def claim_f(runs: dict, other_budgets: Sequence[dict] = ()) -> dict:
   for kernel, m, a in PAIRS:
     if m in runs and a in runs:
       p = claim_f_pair(runs[m], runs[a])
-      if p["verdict"] == "inconclusive (not converged)":
+      if not all(p["converged"].values()):
         seen = [(pe, runs[pe]) for pe in (m, a)]
         seen += [(pe, b[pe]) for b in other_budgets for pe in (m, a) if pe in b]
         failed = _last_rung_failures(seen)
         if failed:
-          p["verdict"] = f"{NOT_TESTABLE} ({'; '.join(failed)})"
+          p["verdict"] = Verdict(Outcome.NOT_TESTABLE, "; ".join(failed))
       pairs[kernel] = p
-  vs = [p["verdict"] for p in pairs.values()]
+  vs = [p["verdict"].outcome for p in pairs.values()]
   if not vs:
-    verdict = "not run"
-  elif "refuted" in vs:
-    verdict = "refuted"
-  elif len(vs) == len(PAIRS) and all(v == "reproduced" for v in vs):
-    verdict = "reproduced"
-  elif len(vs) == len(PAIRS) and all(v.startswith(NOT_TESTABLE) for v in vs):
-    verdict = NOT_TESTABLE
+    verdict = NOT_RUN
+  elif Outcome.REFUTED in vs:
+    verdict = REFUTED
+  elif len(vs) == len(PAIRS) and all(v is Outcome.REPRODUCED for v in vs):
+    verdict = REPRODUCED
+  elif len(vs) == len(PAIRS) and all(v is Outcome.NOT_TESTABLE for v in vs):
+    verdict = Verdict(Outcome.NOT_TESTABLE)
   else:
-    verdict = "inconclusive (" + "; ".join(f"{k}: {p['verdict']}"
-                                          for k, p in pairs.items()) + ")"
+    verdict = Verdict(Outcome.INCONCLUSIVE, "; ".join(f"{k}: {p['verdict']}"
+                                                      for k, p in pairs.items()))
   return {"pairs": pairs, "verdict": verdict}
 
 
@@ -820,13 +866,14 @@ def claim_f2(runs: dict) -> dict:
   seed of every converged run, with a bootstrap CI."""
   used = {pe: r for pe, r in runs.items() if thesis_converged(r)}
   if len(used) < 2:
-    return {"pes": sorted(used), "verdict": "not testable (fewer than two converged runs)",
+    return {"pes": sorted(used), "verdict": Verdict(Outcome.TOO_FEW,
+                                                    "fewer than two converged runs"),
             "points": []}
   x = np.concatenate([early_ratio(r) for r in used.values()])
   y = np.concatenate([examples_to_threshold(r) for r in used.values()])
   rho, lo, hi = stats.bootstrap_spearman_ci(x, y)
   side = _ci_side(lo, hi)
-  verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[side]
+  verdict = _SIDES[side]
   return {"pes": sorted(used), "rho": rho, "lo": lo, "hi": hi, "n": len(x),
           "verdict": verdict}
 
@@ -870,11 +917,11 @@ def claim_g(ablations: dict, *, converged: Optional[dict] = None,
                  if pe in hits and converged is not None and not converged.get(pe, False)]
   out = {"fractions": {pe: float(h.mean()) for pe, h in hits.items()},
          "unconverged": unconverged}
-  not_converged = f"inconclusive (not converged: {', '.join(unconverged)})"
+  not_converged = Verdict(Outcome.INCONCLUSIVE, f"not converged: {', '.join(unconverged)}")
   missing = [pe for pe in G_MULTIPLICATIVE + G_ADDITIVE if pe not in hits]
   if missing:
     return {**out, "missing": missing,
-            "verdict": not_converged if unconverged else "not run"}
+            "verdict": not_converged if unconverged else NOT_RUN}
   rng = np.random.default_rng(seed)
   frac = lambda group: float(np.concatenate([hits[pe] for pe in group]).mean())
 
@@ -885,7 +932,7 @@ def claim_g(ablations: dict, *, converged: Optional[dict] = None,
 
   mult, add = frac(G_MULTIPLICATIVE), frac(G_ADDITIVE)
   lo, hi = np.percentile(boot(G_MULTIPLICATIVE) - boot(G_ADDITIVE), [2.5, 97.5])
-  verdict = {1: "reproduced", -1: "refuted", 0: "inconclusive"}[_ci_side(lo, hi)]
+  verdict = _SIDES[_ci_side(lo, hi)]
   if unconverged:
     verdict = not_converged
   return {**out, "multiplicative": mult, "additive": add, "diff": mult - add,

@@ -71,11 +71,12 @@ from studies.arxiv_2505_13027.claims import (  # noqa: E402
   DEPOSIT_PRESET,
   DEPOSIT_RATIO,
   LONG_PRESET,
-  NOT_TESTABLE,
+  NOT_RUN,
   PAPER_EXAMPLES,
   PAPER_MLA_FACTOR,
   REFUTATION,
   STUDY_PRESET,
+  Outcome,
   _frac_txt,
   cannot_change,
   claim_g_of,
@@ -256,7 +257,7 @@ def waiting_lead(c) -> str:
     return "not run yet (they cannot change a refutation):"
   if why:
     return f"not run yet (they cannot change this: {why}):"
-  if c["verdict"].startswith(NOT_TESTABLE):
+  if c["verdict"].outcome is Outcome.NOT_TESTABLE:
     return "the plan's runs for a GPU, not run:"
   return "waits for"
 
@@ -556,12 +557,12 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   the configuration's runs at other budgets, which (f) reads for its last
   rung only."""
   rows = []
-  e = rules.claim_e(truns) if truns else {"rows": [], "verdict": "not run"}
+  e = rules.claim_e(truns) if truns else {"rows": [], "verdict": NOT_RUN}
   ev = "<br>".join(f"{r['pe']} L{r['layer']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
                    for r in e["rows"]) or "—"
   rows.append(("e", "Contraction: multiplicative PEs' logits contracted (ratio < 1), "
                "additive ones widened (> 1), every layer", ev, e["verdict"]))
-  f = rules.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": "not run"}
+  f = rules.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": NOT_RUN}
   fv = []
   for kernel, p in f["pairs"].items():
     ex, sh, sp = p["examples"], p["sharpness"], p["spikes"]
@@ -573,7 +574,7 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   rows.append(("f", "Optimisation: in each pair the multiplicative member reaches 90 % of its "
                "final accuracy with fewer examples, with lower peak preconditioned sharpness "
                "or fewer spikes", "<br>".join(fv) or "—", f["verdict"]))
-  f2 = rules.claim_f2(truns) if truns else {"verdict": "not run"}
+  f2 = rules.claim_f2(truns) if truns else {"verdict": NOT_RUN}
   f2v = (f"Spearman ρ = {f2['rho']:+.2f} [{f2['lo']:+.2f}, {f2['hi']:+.2f}] over {f2['n']} "
          f"seeds of {', '.join(f2['pes'])}" if "rho" in f2 else
          (f"converged: {', '.join(f2['pes']) or 'none'}" if "pes" in f2 else "—"))
