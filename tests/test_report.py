@@ -323,7 +323,7 @@ def test_compute_line_names_the_host_cpu_where_recorded():
 
 
 def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monkeypatch):
-  """render() hands the superseded thesis budgets to the verdict rows too: a
+  """compute() hands the superseded thesis budgets to the verdict rows too: a
   rope_additive that did not converge at the last rung (128 epochs), while the
   pair is judged at 64, makes the rotary (f) *not testable at this scale*
   (studies/arxiv_2505_13027/study.md, seventh amendment). Before the fix the table still said
@@ -347,8 +347,9 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
             rules.LAST_RUNG_EPOCHS)
 
   def f_row(superseded):
-    out = report.render([], str(tmp_path / "R.md"), str(tmp_path / "fig"), 100,
-                        thesis_runs=judged, thesis_superseded=superseded)
+    computed = report.compute([], ceiling_examples=100, thesis_runs=judged,
+                              thesis_superseded=superseded)
+    out = report.render(computed, str(tmp_path / "R.md"), str(tmp_path / "fig"))
     rows = [line for line in out.splitlines() if line.startswith("| (f)")]
     assert len(rows) == 1
     return rows[0]
@@ -356,3 +357,25 @@ def test_verdict_rows_apply_the_last_rung_rule_to_superseded_runs(tmp_path, monk
   row = f_row([{"rope_additive": last}])
   assert (f"rotary: {NOT_TESTABLE} (rope_additive did not converge at "
           f"{rules.LAST_RUNG_EPOCHS} epochs: 2/5 seeds plateaued)") in row
+
+
+def test_render_writes_what_compute_decided(tmp_path):
+  """report.render reads its verdicts from the Report (compute's), never
+  deciding again: a verdict changed in the Report is the one the table
+  prints, with the date the Report carries."""
+  import dataclasses
+
+  from pe_spectral import workdir
+  from studies.arxiv_2505_13027 import RESULTS, report
+  from studies.arxiv_2505_13027.claims import Outcome, Verdict
+  runs = [r for r in workdir.load_runs(os.path.join(RESULTS, "runs")) if r["task"] == "count"]
+  computed = report.compute(runs, ceiling_examples=10, date="2000-01-02")
+  assert computed.ceilings == {}  # Task 2 only: no ceiling to compute
+  b = next(c for c in computed.claims if c["id"] == "b" and c["preset"] == "long")
+  text = report.render(computed, str(tmp_path / "R.md"), str(tmp_path / "fig"))
+  assert f"**{b['verdict']}**" in text and "on 2000-01-02 from" in text
+  marked = Verdict(Outcome.INCONCLUSIVE, "marked by the test")
+  changed = dataclasses.replace(computed, claims=[dict(c, verdict=marked) if c is b else c
+                                                  for c in computed.claims])
+  text = report.render(changed, str(tmp_path / "R.md"), str(tmp_path / "fig"))
+  assert "**inconclusive (marked by the test)**" in text

@@ -16,14 +16,18 @@ length generalisation from ``--lengths`` (``<run>/lengths*.json`` of
 faithful Task 2 pilots of ``--pilots`` (``<pilot>/``), which label the
 faithful Task 2 rows that have no runs (study.md, sixth amendment).
 Hand-written notes after the marker line are kept. Figures go to
-``--figdir``.
+``--figdir``. :func:`compute` turns the loaded runs into a :class:`Report`
+(ceilings, every rule's Verdict); :func:`render` writes text and figures from
+that alone; only :func:`main` reads flags.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
+from typing import Optional
 
 from pe_spectral import xla_config
 
@@ -262,8 +266,8 @@ def waiting_lead(c) -> str:
   return "waits for"
 
 
-def verdict_section(runs, ceil=None, pilots=()) -> list[str]:
-  cl = claims(runs, pilots)
+def verdict_section(cl, ceil=None) -> list[str]:
+  """The verdict table's lines for the claims' rows ``cl`` (``claims.claims``)."""
   lines = ["## Verdicts", "",
            "The claims, their tests and decision rules are in [study.md](study.md), "
            "which also says which details were fixed before the runs and which after. "
@@ -549,20 +553,32 @@ def _floor_txt(floor: float) -> str:
   return f" (above loss {floor:g})" if floor else ""
 
 
+def thesis_results(truns: dict, runs=(), *, with_g: bool = True, superseded=()) -> dict:
+  """The rules' results on one configuration of the coupling study: ``{"e",
+  "f", "f2"[, "g"]}`` (``claims.claim_e``, ``claim_f``, ``claim_f2``,
+  ``claim_g_of``), each with its Verdict. (g) has its own runs, the same for
+  every configuration; ``superseded``: the configuration's runs at other
+  budgets, which (f) reads for its last rung only."""
+  out = {"e": rules.claim_e(truns) if truns else {"rows": [], "verdict": NOT_RUN},
+         "f": rules.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": NOT_RUN},
+         "f2": rules.claim_f2(truns) if truns else {"verdict": NOT_RUN}}
+  if with_g:
+    out["g"] = claim_g_of(runs)
+  return out
+
+
 def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
-                  superseded=()) -> list[tuple]:
+                  superseded=(), results: Optional[dict] = None) -> list[tuple]:
   """The verdict-table rows ``(id, claim, evidence, verdict)`` of (e), (f),
-  (f2) on one configuration's judged runs, and (g) unless ``with_g`` is off
-  (it has its own runs, the same for every configuration). ``superseded``:
-  the configuration's runs at other budgets, which (f) reads for its last
-  rung only."""
+  (f2)[, (g)] from :func:`thesis_results` (computed here unless given)."""
+  res = results or thesis_results(truns, runs, with_g=with_g, superseded=superseded)
   rows = []
-  e = rules.claim_e(truns) if truns else {"rows": [], "verdict": NOT_RUN}
+  e = res["e"]
   ev = "<br>".join(f"{r['pe']} L{r['layer']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
                    for r in e["rows"]) or "—"
   rows.append(("e", "Contraction: multiplicative PEs' logits contracted (ratio < 1), "
                "additive ones widened (> 1), every layer", ev, e["verdict"]))
-  f = rules.claim_f(truns, superseded) if truns else {"pairs": {}, "verdict": NOT_RUN}
+  f = res["f"]
   fv = []
   for kernel, p in f["pairs"].items():
     ex, sh, sp = p["examples"], p["sharpness"], p["spikes"]
@@ -574,15 +590,15 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
   rows.append(("f", "Optimisation: in each pair the multiplicative member reaches 90 % of its "
                "final accuracy with fewer examples, with lower peak preconditioned sharpness "
                "or fewer spikes", "<br>".join(fv) or "—", f["verdict"]))
-  f2 = rules.claim_f2(truns) if truns else {"verdict": NOT_RUN}
+  f2 = res["f2"]
   f2v = (f"Spearman ρ = {f2['rho']:+.2f} [{f2['lo']:+.2f}, {f2['hi']:+.2f}] over {f2['n']} "
          f"seeds of {', '.join(f2['pes'])}" if "rho" in f2 else
          (f"converged: {', '.join(f2['pes']) or 'none'}" if "pes" in f2 else "—"))
   rows.append(("f2", "Dose-response: early coupling ratio vs examples to threshold, "
                "Spearman > 0", f2v, f2["verdict"]))
-  if not with_g:
+  if "g" not in res:
     return rows
-  g = claim_g_of(runs)
+  g = res["g"]
   fr = ", ".join(f"{pe} {100 * f:.0f} %" + (" (not converged)" if pe in g["unconverged"] else "")
                  for pe, f in g["fractions"].items())
   gv = (f"pooled multiplicative − additive {100 * g['diff']:+.0f} [{100 * g['lo']:+.0f}, "
@@ -596,10 +612,12 @@ def thesis_claims(truns: dict, runs=(), *, with_g: bool = True,
 
 
 def _thesis_rows(truns: dict, runs, ceil, *, task: str = "distance",
-                 label: str = "", with_g: bool = True, superseded=()) -> list[str]:
+                 label: str = "", with_g: bool = True, superseded=(),
+                 results: Optional[dict] = None) -> list[str]:
   """Verdict-table lines of the 2x2 design on one configuration."""
   out = []
-  for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g, superseded=superseded):
+  for cid, claim, ev, v in thesis_claims(truns, runs, with_g=with_g, superseded=superseded,
+                                         results=results):
     at = (f"{thesis_budget(truns)}{', ' + label if label else ''}" if cid != "g"
           else DEPOSIT_PRESET + " (8 seeds)")
     # The cpu preset's Task 1 data are the study's (same TaskConfig), whose
@@ -639,27 +657,62 @@ def pilots_section(pilots, figdir, outdir) -> list[str]:
           + [f"- {pilot_txt(p)}" for p in ps] + [""] + figs + [""])
 
 
-def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
-           thesis_superseded=(), thesis_count=None, thesis_count_superseded=(),
-           pilots=(), runs_dir: str = "") -> str:
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What RESULTS.md states, computed before any of it is written: the runs it
+  reads, the ceilings, and every rule's result with its Verdict (the claims'
+  rows, and the coupling study's per configuration). :func:`render` writes
+  Markdown and figures from it alone."""
+  runs: list
+  date: str
+  ceilings: dict               # {preset: (Bayes %, ambiguous %, perm.-invariant %, n)}
+  claims: list                 # claims.claims' rows (a)-(d)
+  thesis: dict                 # {configuration: {"runs", "superseded", "results", ...}}
+  lengths: list = ()
+  pilots: list = ()
+  runs_dir: str = ""
+
+
+def compute(runs, *, ceiling_examples: int, lengths=(), thesis_runs=None,
+            thesis_superseded=(), thesis_count=None, thesis_count_superseded=(),
+            pilots=(), runs_dir: str = "", date: Optional[str] = None) -> Report:
+  """The report's content from the loaded runs (``workdir.load_runs``, the
+  thesis loaders): a pure function of them but for the date."""
+  ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
+  thesis = {}
+  if thesis_runs:
+    thesis["distance"] = dict(runs=thesis_runs, superseded=tuple(thesis_superseded),
+                              task="distance", label="", with_g=True)
+  if thesis_count:
+    thesis["count"] = dict(runs=thesis_count, superseded=tuple(thesis_count_superseded),
+                           task="count", label=thesis_task_label(thesis_count), with_g=False)
+  for t in thesis.values():
+    t["results"] = thesis_results(t["runs"], runs, with_g=t["with_g"],
+                                  superseded=t["superseded"])
+  return Report(runs=list(runs), date=date or time.strftime("%Y-%m-%d"), ceilings=ceil,
+                claims=claims(runs, pilots), thesis=thesis, lengths=list(lengths),
+                pilots=list(pilots), runs_dir=runs_dir)
+
+
+def render(report: Report, out: str, figdir: str) -> str:
+  """RESULTS.md's text for ``report``; draws its figures under ``figdir``
+  (paths in the text are relative to ``out``'s folder)."""
+  runs, ceil = report.runs, report.ceilings
   os.makedirs(figdir, exist_ok=True)
   outdir = os.path.dirname(os.path.abspath(out)) or "."
   rel = lambda path: os.path.relpath(os.path.abspath(path), outdir)
-  src = rel(runs_dir) if runs_dir else "results/runs"  # as seen from the report
+  src = rel(report.runs_dir) if report.runs_dir else "results/runs"  # as seen from the report
   parts = ["# Results", "",
            "Generated by `python -m studies.arxiv_2505_13027.report` on "
-           f"{time.strftime('%Y-%m-%d')} from "
+           f"{report.date} from "
            f"{len(runs)} run(s) under `{src}`. Every number below is read from the runs' "
            "committed `summary.json`, `metrics.jsonl` and `ablation*.json`. "
            + compute_line(runs), ""]
-  ceil = _ceilings(runs, ceiling_examples) if any(r["task"] == "distance" for r in runs) else {}
-  parts += verdict_section(runs, ceil, pilots)
-  truns = {} if thesis_runs is None else thesis_runs
-  tcount = thesis_count or {}
-  rows = _thesis_rows(truns, runs, ceil, superseded=thesis_superseded) if truns else []
-  if tcount:
-    rows += _thesis_rows(tcount, runs, ceil, task="count", label=thesis_task_label(tcount),
-                         with_g=False, superseded=thesis_count_superseded)
+  parts += verdict_section(report.claims, ceil)
+  rows = []
+  for t in report.thesis.values():
+    rows += _thesis_rows(t["runs"], runs, ceil, task=t["task"], label=t["label"],
+                         with_g=t["with_g"], superseded=t["superseded"], results=t["results"])
   if rows:
     parts = parts[:-1] + rows + [""]
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
@@ -690,13 +743,15 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
       pt = paired_table(runs, task, preset, faithful, variant)
       if pt:
         parts += pt + [""]
-  parts += pilots_section(pilots, figdir, outdir)
+  parts += pilots_section(report.pilots, figdir, outdir)
   parts += deposit_section(runs, figdir, outdir)
-  parts += lengths_section(list(lengths), figdir, outdir)
-  parts += thesis_section(truns, figdir, outdir, thesis_superseded)
-  if tcount:
-    parts += thesis_section(tcount, figdir, outdir, thesis_count_superseded,
-                            task=thesis_task_label(tcount), slug="count", heading=False)
+  parts += lengths_section(list(report.lengths), figdir, outdir)
+  empty = dict(runs={}, superseded=())
+  t1, t2 = report.thesis.get("distance", empty), report.thesis.get("count")
+  parts += thesis_section(t1["runs"], figdir, outdir, t1["superseded"])
+  if t2:
+    parts += thesis_section(t2["runs"], figdir, outdir, t2["superseded"], task=t2["label"],
+                            slug="count", heading=False)
   parts += spectra_section(runs)
   if ceil:
     parts += ["## Task 1 ceilings", "",
@@ -708,6 +763,8 @@ def render(runs, out, figdir, ceiling_examples, lengths=(), thesis_runs=None,
   return "\n".join(parts) + "\n"
 
 
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -717,10 +774,14 @@ def main(argv):
     print(f"error: no runs with summary.json under {FLAGS.runs}/<task>/<run>/",
           file=sys.stderr)
     return 2
-  text = render(runs, FLAGS.out, FLAGS.figdir, FLAGS.ceiling_examples,
-                load_lengths(FLAGS.lengths), *load_thesis_budgets(FLAGS.thesis),
-                *load_thesis_budgets(FLAGS.thesis_count),
-                pilots=load_runs(FLAGS.pilots, depth=1), runs_dir=FLAGS.runs)
+  thesis, superseded = load_thesis_budgets(FLAGS.thesis)
+  count, count_superseded = load_thesis_budgets(FLAGS.thesis_count)
+  report = compute(runs, ceiling_examples=FLAGS.ceiling_examples,
+                   lengths=load_lengths(FLAGS.lengths), thesis_runs=thesis,
+                   thesis_superseded=superseded, thesis_count=count,
+                   thesis_count_superseded=count_superseded,
+                   pilots=load_runs(FLAGS.pilots, depth=1), runs_dir=FLAGS.runs)
+  text = render(report, FLAGS.out, FLAGS.figdir)
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()
