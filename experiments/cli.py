@@ -46,6 +46,8 @@ REMEDY_HINTS = {
     Remedy.START_OVER_OR_OTHER_WORKDIR: "pass --noresume to start it over or choose another "
                                         "--workdir",
     Remedy.LOWER_LEARNING_RATE: "a lower --learning_rate may help",
+    Remedy.FREE_SPACE: "free some space (or choose another --workdir), then rerun the same "
+                       "command to resume",
 }
 
 

@@ -14,6 +14,7 @@ the final table to stdout.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import math
 import os
@@ -236,7 +237,7 @@ def _init_distributed() -> None:
         file=sys.stderr, flush=True)
 
 
-def _progress(tag: str, ctrl_c=None):
+def _progress(tag: str, stop=None):
   def show(p: dict) -> None:
     eta = p["eta_s"]
     comp = (f"  (compiled in {p['compile_s']:.0f} s, not counted)"
@@ -246,8 +247,8 @@ def _progress(tag: str, ctrl_c=None):
           f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
           f"{p['steps_per_s']:.2f} steps/s  ETA {minutes_seconds(eta)}{comp}",
           file=sys.stderr, flush=True)
-    if ctrl_c is not None:
-      ctrl_c.chunk_measured(p["chunk_s"])
+    if stop is not None:
+      stop.chunk_measured(p["chunk_s"])
   return show
 
 
@@ -255,14 +256,35 @@ def _notify(tag: str):
   return lambda msg: print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
 
 
-class _StopOnCtrlC:
-  """First Ctrl-C: says at once when the run will stop, then finishes the
+# The exit status of a run stopped by SIGTERM after saving: 128 + SIGTERM,
+# what a shell and every scheduler already report for a process that SIGTERM
+# ended. A job script (launch/slurm.sbatch) requeues on it; a Kubernetes Job
+# can match it in a podFailurePolicy (onExitCodes: [143], action: Ignore).
+PREEMPTED_EXIT = 128 + signal.SIGTERM
+
+
+class _Stop:
+  """Stops a run at a checkpoint when asked.
+
+  Ctrl-C (SIGINT): says at once when the run will stop, then finishes the
   current chunk, its evaluation and its checkpoint (nothing is lost); a second
   Ctrl-C stops at once (resume then starts from the last checkpoint saved).
-  The runner waits for the device by polling, so the handler runs at once."""
 
-  def __init__(self):
-    self.requested = False
+  SIGTERM (a scheduler's preemption notice, with a grace period before
+  SIGKILL): the same stop at the end of the chunk in flight -- one compiled
+  program, the nearest step boundary there is -- saved and then reported
+  as preempted. With several processes (``distributed``), JAX's preemption
+  service catches the signal instead, and every process stops at the chunk
+  its sync point names (``multihost_utils.reached_preemption_sync_point``),
+  so that all save the same step.
+
+  The runner waits for the device by polling, so the handlers run at once."""
+
+  def __init__(self, distributed: bool = False):
+    self.requested = False     # Ctrl-C
+    self.preempted = False     # SIGTERM, or the processes' preemption sync point
+    self._distributed = distributed
+    self._chunks = 0           # chunks ended: the sync point's step ids
     self._chunk_s = None       # the last chunk's measured length
     self._chunk_start = None   # when the current chunk began (after a progress line)
 
@@ -270,24 +292,41 @@ class _StopOnCtrlC:
     self._chunk_s, self._chunk_start = seconds, time.time()
 
   def __enter__(self):
-    self._previous = signal.signal(signal.SIGINT, self._handle)
+    self._previous = {signal.SIGINT: signal.signal(signal.SIGINT, self._ctrl_c)}
+    if not self._distributed:
+      self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._sigterm)
     return self
 
-  def _handle(self, signum, frame):
+  def _when(self) -> str:
+    if self._chunk_s is None:
+      return "after the first chunk (its length is not known yet; it includes compiling)"
+    left = max(self._chunk_s - (time.time() - self._chunk_start), 0.0)
+    return f"after the current chunk, its evaluation and checkpoint, in about {left:.0f} s"
+
+  def _ctrl_c(self, signum, frame):
     if self.requested:
-      signal.signal(signal.SIGINT, self._previous)
+      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
       raise KeyboardInterrupt
     self.requested = True
-    if self._chunk_s is None:
-      when = "after the first chunk (its length is not known yet; it includes compiling)"
-    else:
-      left = max(self._chunk_s - (time.time() - self._chunk_start), 0.0)
-      when = f"after the current chunk, its evaluation and checkpoint, in about {left:.0f} s"
-    print(f"\nCtrl-C: stopping {when}; Ctrl-C again stops at once (resuming then "
+    print(f"\nCtrl-C: stopping {self._when()}; Ctrl-C again stops at once (resuming then "
           "starts from the last saved checkpoint)", file=sys.stderr, flush=True)
 
+  def _sigterm(self, signum, frame):
+    if not self.preempted:
+      self.preempted = True
+      print(f"\nSIGTERM: saving and stopping {self._when()}", file=sys.stderr, flush=True)
+
+  def should_stop(self) -> bool:
+    """Polled by the runner after each chunk's checkpoint, on every process."""
+    self._chunks += 1
+    if self._distributed and not self.preempted:
+      from jax.experimental import multihost_utils
+      self.preempted = multihost_utils.reached_preemption_sync_point(self._chunks)
+    return self.requested or self.preempted
+
   def __exit__(self, *exc):
-    signal.signal(signal.SIGINT, self._previous)
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
 
 
 def parse_seed_group(flag):
@@ -346,7 +385,7 @@ def main(argv):
           f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
           flush=True)
     try:
-      with _StopOnCtrlC() as ctrl_c:
+      with _Stop(distributed=FLAGS.distributed) as stop:
         s = runner.run(
             rc, seeds, workdir,
             runner.RunOptions(eval_every=FLAGS.eval_every, resume=FLAGS.resume,
@@ -355,15 +394,27 @@ def main(argv):
                               seed_group=resolve_seed_group(FLAGS.seed_group),
                               memory_gib=FLAGS.memory_gib,
                               memory_fraction=FLAGS.memory_fraction),
-            runner.Hooks(progress=None if quiet else _progress(tag, ctrl_c),
+            runner.Hooks(progress=None if quiet else _progress(tag, stop),
                          notify=(lambda msg: None) if quiet else _notify(tag),
-                         should_stop=lambda: ctrl_c.requested),
+                         should_stop=stop.should_stop),
             recorders=[events.TensorBoardRecorder()] if tensorboard else [])
     except (runner.NonFiniteLossError, runner.ConfigMismatchError,
-            runner.CheckpointError, runner.WorkdirBusyError) as e:
+            runner.CheckpointError, runner.DiskFullError, runner.WorkdirBusyError) as e:
       print(f"error: {cli.error_line(e)}", file=sys.stderr)
       return 1
+    except OSError as e:  # a metrics or summary file that did not fit
+      if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        raise
+      free = shutil.disk_usage(workdir).free / 2**20
+      print(f"error: no space left writing {e.filename or workdir} ({free:.1f} MiB free); "
+            "free some space, then rerun the same command to resume", file=sys.stderr)
+      return 1
     except runner.Interrupted as e:
+      if stop.preempted:
+        if not quiet:
+          print(f"preempted at step {e.step}: saved; rerun the same command to resume {tag}",
+                file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT
       print(f"interrupted at step {e.step}, checkpoint saved: rerun the same command "
             f"to resume {tag} from there", file=sys.stderr, flush=True)
       return 130

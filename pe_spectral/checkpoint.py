@@ -14,6 +14,7 @@ failing that, the next older kept step, saying why the newer one was skipped.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging as std_logging
 import os
 import shutil
@@ -25,13 +26,53 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from pe_spectral.errors import RunError
+from pe_spectral.errors import Remedy, RunError
 
-__all__ = ["Checkpointer", "CheckpointError", "tree_checksum"]
+__all__ = ["Checkpointer", "CheckpointError", "DiskFullError", "tree_checksum"]
 
 
 class CheckpointError(RunError):
   """No kept checkpoint of a workdir can be used (``remedy`` says what to do)."""
+
+
+class DiskFullError(RunError):
+  """A checkpoint did not fit on its filesystem: where, how many bytes it
+  needs and how many were free. The checkpoints saved before it are intact,
+  and a save it cut off is removed when the run resumes."""
+
+
+# How a full filesystem (or an exhausted quota) reads in the errors that
+# orbax and TensorStore raise from their writer threads.
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", f"os_error_code='{errno.ENOSPC}'",
+             f"os_error_code='{errno.EDQUOT}'")
+
+
+def is_disk_full(e: BaseException) -> bool:
+  """Whether ``e`` (or an exception it was raised from) says the disk is full."""
+  while e is not None:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if any(text in str(e) for text in _NO_SPACE):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+class _DropDiskFull(std_logging.Filter):
+  """Orbax logs a full disk at ERROR, with a traceback, from each of its
+  writer threads before the save raises; the run reports it in one line
+  (:class:`DiskFullError`), so those records are dropped."""
+
+  def filter(self, record):
+    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+    return not any(t in text for t in _NO_SPACE)
+
+
+_DROP_DISK_FULL = _DropDiskFull()
+
+
+def _mib(n: float) -> str:
+  return f"{n / 2**20:.1f} MiB"
 
 
 def _leaf_checksum(x: jax.Array) -> jax.Array:
@@ -144,6 +185,8 @@ class Checkpointer:
     self._fetch = fetch or np.asarray
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
+    for name in ("absl", "orbax", "asyncio"):
+      std_logging.getLogger(name).addFilter(_DROP_DISK_FULL)
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -155,12 +198,52 @@ class Checkpointer:
     """The checksum stored with a save of ``state`` (one int per leaf)."""
     return [int(v) for v in self._fetch(_checksum(state))]
 
+  def bytes_needed(self, state: Any) -> int:
+    """What a save of ``state`` takes on disk: the arrays' bytes plus 64 KiB
+    of metadata, or the newest finished checkpoint's measured size if that is
+    more (call it with no save in flight)."""
+    need = sum(x.nbytes for x in jax.tree.leaves(state)) + 2**16
+    step = self.latest_step()
+    if step is not None:
+      folder = os.path.join(self.directory, str(step))
+      need = max(need, sum(os.path.getsize(os.path.join(d, f))
+                           for d, _, files in os.walk(folder) for f in files))
+    return need
+
+  def _full(self, step: int, need: int, what: str) -> DiskFullError:
+    free = shutil.disk_usage(self.directory).free
+    return DiskFullError(f"no space for the checkpoint of step {step} in {self.directory}: "
+                         f"{what} about {_mib(need)}, and {_mib(free)} is free",
+                         Remedy.FREE_SPACE)
+
   def save(self, step: int, state: Any, meta: dict) -> None:
     """Starts an asynchronous save of ``state`` and ``meta`` (plus the state's
-    checksum) at ``step``."""
+    checksum) at ``step``. Raises :class:`DiskFullError` at once when the
+    filesystem's free space is below :meth:`bytes_needed` (a cheap check),
+    and when the write itself, or the one before it, ran out of space."""
+    self._check_previous(step)  # waits for it, as orbax's own save would
+    need = self.bytes_needed(state)
+    if shutil.disk_usage(self.directory).free < need:
+      raise self._full(step, need, "it needs")
     meta = dict(meta, checksum=self.checksum(state))
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+    try:
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+    except Exception as e:
+      if is_disk_full(e):
+        raise self._full(step, need, "its write ran out of space; it needs") from None
+      raise
+    self._pending = (step, need)
+
+  def _check_previous(self, step: int) -> None:
+    """Waits for the previous asynchronous save; raises the full disk it met."""
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:
+      if is_disk_full(e):
+        last, need = getattr(self, "_pending", (step, 0))
+        raise self._full(last, need, "its write ran out of space; it needs") from None
+      raise
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
     """Restores ``(state, meta)`` as stored, unverified; ``abstract_state``
@@ -230,11 +313,20 @@ class Checkpointer:
     self._manager.reload()
 
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    """Waits for the last save; :class:`DiskFullError` if it ran out of space."""
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:
+      if is_disk_full(e):
+        step, need = getattr(self, "_pending", (None, 0))
+        raise self._full(step, need, "its write ran out of space; it needs") from None
+      raise
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
 
   def __enter__(self):
     return self

@@ -19,6 +19,7 @@ class Remedy(enum.Enum):
   OTHER_WORKDIR = "choose another workdir"
   START_OVER_OR_OTHER_WORKDIR = "start the run over (resume=False) or choose another workdir"
   LOWER_LEARNING_RATE = "a lower learning rate may help"
+  FREE_SPACE = "free some space (or choose another workdir), then resume the run"
 
 
 class RunError(RuntimeError):

@@ -42,7 +42,7 @@ import numpy as np
 
 from pe_spectral import curvature, decompose, devices, encodings, plotting, speed, stats, tasks
 from pe_spectral import train as train_lib
-from pe_spectral.checkpoint import Checkpointer, CheckpointError
+from pe_spectral.checkpoint import Checkpointer, CheckpointError, DiskFullError
 from pe_spectral.config import RunConfig
 from pe_spectral.errors import Remedy, RunError
 from pe_spectral.model import check_token_ids
@@ -64,7 +64,7 @@ from pe_spectral.workdir import (
 __all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluation",
            "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
            "ConfigMismatchError",
-           "CheckpointError", "WorkdirBusyError", "Interrupted", "read_jsonl",
+           "CheckpointError", "DiskFullError", "WorkdirBusyError", "Interrupted", "read_jsonl",
            "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
 
@@ -202,7 +202,8 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
 
   Raises:
     ConfigMismatchError, WorkdirBusyError, CheckpointError (no kept checkpoint
-    verifies), NonFiniteLossError (each a :class:`~pe_spectral.errors.RunError`
+    verifies), DiskFullError, NonFiniteLossError (each a
+    :class:`~pe_spectral.errors.RunError`
     with a one-line message and what to do), Interrupted.
   """
   writer = jax.process_index() == 0
@@ -227,7 +228,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
       curvature="curvature.jsonl", steps="steps.jsonl").items()}
   if writer:
     os.makedirs(workdir, exist_ok=True)
-  with workdir_lock(workdir) if writer else contextlib.nullcontext():
+  with workdir_lock(workdir, notify) if writer else contextlib.nullcontext():
     check_workdir(workdir, paths, config, options.resume)
     if options.resume and os.path.exists(paths["summary"]):
       with open(paths["summary"]) as f:

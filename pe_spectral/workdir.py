@@ -12,7 +12,7 @@ import json
 import math
 import os
 import shutil
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 
@@ -33,10 +33,14 @@ class WorkdirBusyError(RunError):
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir: str):
+def workdir_lock(workdir: str, notify: Optional[Callable[[str], None]] = None):
   """Holds ``workdir/.lock`` (an exclusive ``flock``) or raises
   :class:`WorkdirBusyError` naming the holder. The kernel releases the lock
-  when its process exits, however it exits."""
+  when its process exits, however it exits; a holder that ends normally also
+  empties the file (whatever it raised), so a name left in it is a holder
+  that died (kill -9, a signal's default action, a crash of the
+  interpreter): ``notify`` is told, in one line, that its lock was taken
+  over."""
   path = os.path.join(workdir, ".lock")
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
@@ -47,9 +51,15 @@ def workdir_lock(workdir: str):
       raise WorkdirBusyError(
           f"{workdir} is in use by another run ({holder}); wait for it to finish",
           Remedy.OTHER_WORKDIR) from None
+    dead = os.pread(fd, 200, 0).decode(errors="replace").strip()
+    if dead and notify is not None:
+      notify(f"took over the lock of {dead}, which ended without releasing it")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
-    yield
+    try:
+      yield
+    finally:
+      os.ftruncate(fd, 0)  # released by this process, whatever it raised
   finally:
     os.close(fd)  # releases the lock
 

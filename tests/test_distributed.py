@@ -2,9 +2,13 @@
 session's reference sweep, conftest.SWEEP_COMMON: its 2 seeds, one per process)."""
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from conftest import SWEEP_COMMON as ARGS
@@ -16,26 +20,57 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def test_two_processes_match_one(sweep_reference, tmp_path):
-  env = dict(os.environ)
+def _two_processes(workdir, *, signal_process=None):
+  """The sweep of ARGS in two local processes; ``signal_process``: the one
+  that gets a SIGTERM once jax.distributed is up in it (its "process i/2"
+  line). Returns ``[(returncode, stdout, stderr)]`` per process."""
   port = _free_port()
-  multi = str(tmp_path / "multi")
   procs = [subprocess.Popen(
-      [sys.executable, "-m", "experiments.sweep", *ARGS, f"--workdir={multi}",
+      [sys.executable, "-m", "experiments.sweep", *ARGS, f"--workdir={workdir}",
        "--distributed", f"--coordinator_address=127.0.0.1:{port}",
        "--num_processes=2", f"--process_id={i}"],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-      for i in range(2)]
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  err, out = [[], []], [[], []]
+  readers = [threading.Thread(target=lambda i=i, s=s, o=o: o[i].extend(getattr(procs[i], s)),
+                              daemon=True)
+             for i in range(2) for s, o in (("stderr", err), ("stdout", out))]
+  for r in readers:
+    r.start()
   try:  # one process waiting on a dead peer would wait forever: bound both
-    outs = [p.communicate(timeout=600) for p in procs]
+    if signal_process is not None:
+      deadline = time.time() + 300
+      while (not any(f"process {signal_process}/2" in line for line in err[signal_process])
+             and time.time() < deadline and procs[signal_process].poll() is None):
+        time.sleep(0.05)
+      procs[signal_process].send_signal(signal.SIGTERM)
+    for p in procs:
+      p.wait(timeout=600)
+    for r in readers:
+      r.join(timeout=10)
   finally:
     for p in procs:
       p.kill()
-  if any(p.returncode != 0 for p in procs):
-    err = outs[0][1] + outs[1][1]
-    if "collectives" in err.lower() or "not supported" in err.lower():
-      pytest.skip("this jaxlib has no multi-process CPU support: " + err[-300:])
-    raise AssertionError(err[-3000:])
+  got = [(p.returncode, "".join(out[i]), "".join(err[i])) for i, p in enumerate(procs)]
+  if any(rc not in (0, 143) for rc, _, _ in got):
+    text = got[0][2] + got[1][2]
+    if "collectives" in text.lower() or "not supported" in text.lower():
+      pytest.skip("this jaxlib has no multi-process CPU support: " + text[-300:])
+    raise AssertionError(text[-3000:])
+  return got
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+  """An uninterrupted two-process sweep: its workdir and per-process output."""
+  multi = str(tmp_path_factory.mktemp("multi") / "run")
+  got = _two_processes(multi)
+  assert [rc for rc, _, _ in got] == [0, 0], got[0][2][-3000:]
+  return multi, got
+
+
+def test_two_processes_match_one(sweep_reference, two_process_run):
+  multi, got = two_process_run
+  outs = [(o, e) for _, o, e in got]
   assert "process 0/2" in outs[0][1] and "process 1/2" in outs[1][1]
   assert "per-seed" in outs[0][0] and "per-seed" not in outs[1][0]  # only process 0 reports
   with open(os.path.join(multi, "metrics.jsonl")) as f:
@@ -46,3 +81,23 @@ def test_two_processes_match_one(sweep_reference, tmp_path):
   assert a["num_devices"] == 2 and b["num_devices"] == 1
   assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-6)
   assert a["train_accuracy"] == pytest.approx(b["train_accuracy"], abs=1e-6)
+
+
+def test_a_sigterm_to_one_process_stops_both_at_one_saved_step(two_process_run, tmp_path):
+  """Preemption with two processes: SIGTERM reaches process 1 only. JAX's
+  preemption sync point makes both stop after the same chunk and save it;
+  both exit 143, process 0 says so in one line, and the same two commands
+  resume to what the uninterrupted two-process run wrote, bit for bit."""
+  wd = str(tmp_path / "preempted")
+  got = _two_processes(wd, signal_process=1)
+  assert [rc for rc, _, _ in got] == [143, 143], got[0][2][-2000:] + got[1][2][-2000:]
+  m = re.search(r"preempted at step (\d+): saved", got[0][2])
+  assert m and "Traceback" not in got[0][2] + got[1][2], got[0][2][-2000:]
+  step = int(m.group(1))
+  assert step < 24 and str(step) in os.listdir(os.path.join(wd, "ckpt"))
+  again = _two_processes(wd)
+  assert [rc for rc, _, _ in again] == [0, 0]
+  assert f"from step {step} of 24" in again[0][2], again[0][2][-2000:]
+  rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
+                    for line in open(os.path.join(d, "metrics.jsonl"))]
+  assert rows(wd) == rows(two_process_run[0])

@@ -82,8 +82,15 @@ def test_tpu_dry_run():
 def test_slurm_dry_run():
   out = _run("launch/slurm.sbatch", "--dry_run", "rope", "8")
   assert out.returncode == 0, out.stderr
-  assert out.stdout.strip() == ("srun --kill-on-bad-exit=1 python -m experiments.sweep "
-                                "--distributed --preset=paper --pe=rope --seeds=8")
+  assert out.stdout.strip().splitlines() == [
+      "srun --kill-on-bad-exit=1 python -m experiments.sweep --distributed --preset=paper "
+      "--pe=rope --seeds=8", "# then, if it exits 143 (preempted, saved):",
+      "scontrol requeue JOBID"]
+  # a grace signal before the time limit, and a job that may come back
+  head = open(os.path.join(ROOT, "launch/slurm.sbatch")).read()
+  assert "#SBATCH --signal=TERM@" in head and "#SBATCH --requeue" in head
+  from experiments import sweep
+  assert sweep.PREEMPTED_EXIT == 143  # the status the script requeues on
 
 
 def test_study_launchers_dry_run():

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import types
@@ -255,6 +256,36 @@ def test_second_run_on_a_locked_workdir_is_refused(tmp_path):
     with pytest.raises(OSError):
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_lock_left_by_a_dead_run_is_taken_over_in_one_line(tmp_path, how):
+  """A holder of workdir_lock that a signal ends (SIGTERM's default action, or
+  kill -9) leaves its name in the lock; the next run takes the lock over and
+  says so in one line naming the dead pid. A holder that ends normally, even
+  by an exception, leaves no name, and the run after it says nothing."""
+  wd = str(tmp_path / "left")
+  os.makedirs(wd)
+  child = subprocess.Popen([sys.executable, "-c", (
+      "import sys, time\n"
+      "from pe_spectral import workdir\n"
+      "with workdir.workdir_lock(sys.argv[1]):\n"
+      "  print('held', flush=True); time.sleep(60)\n"), wd], stdout=subprocess.PIPE, text=True)
+  assert child.stdout.readline().strip() == "held"
+  child.send_signal(how)
+  assert child.wait(timeout=60) == -how
+  said = []
+  with runner.workdir_lock(wd, said.append):
+    pass
+  host = os.uname().nodename
+  assert said == [f"took over the lock of pid {child.pid} on {host}, which ended without "
+                  "releasing it"]
+  with pytest.raises(RuntimeError):
+    with runner.workdir_lock(wd, said.append):
+      raise RuntimeError("a run that fails still releases its lock")
+  with runner.workdir_lock(wd, said.append):
+    pass
+  assert len(said) == 1 and open(os.path.join(wd, ".lock")).read() == ""
 
 
 def test_metrics_rows_are_strict_json():

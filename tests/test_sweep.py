@@ -336,3 +336,106 @@ def test_auto_seed_group_sizes_to_the_share_given_on_the_command_line(tmp_path):
   assert "seed group auto: even one seed at a time needs" in out.stderr, out.stderr[-2000:]
   assert "memory_fraction=1e-15" in out.stderr
   assert os.path.exists(tmp_path / "run" / "summary.json")
+
+
+def test_sigterm_saves_and_the_resume_equals_an_uninterrupted_run(reference, tmp_path):
+  """A scheduler's preemption notice: SIGTERM while the first chunk compiles
+  and runs. The sweep finishes that chunk, saves its step, releases the lock,
+  says so in one line and exits 143 (128 + SIGTERM); the same command then
+  resumes and ends bit for bit where the uninterrupted reference run did."""
+  from pe_spectral import workdir as workdir_lib
+  wd = str(tmp_path / "preempted")
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *COMMON,
+                           f"--workdir={wd}"],
+                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  lines = []
+  reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+  reader.start()
+  try:
+    _wait_for(lines, "generating data and compiling", time.time() + 300)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=300)
+    reader.join(timeout=10)
+  finally:
+    proc.kill()
+  err = "".join(lines)
+  assert rc == 143, err[-2000:]
+  m = re.search(r"preempted at step (\d+): saved; rerun the same command to resume", err)
+  assert m and "Traceback" not in err and "SIGTERM: saving" in err, err[-2000:]
+  step = int(m.group(1))
+  assert 6 <= step < 24 and str(step) in os.listdir(os.path.join(wd, "ckpt"))
+  assert not any("tmp" in d for d in os.listdir(os.path.join(wd, "ckpt")))
+  assert workdir_lib.lock_holder(wd) is None  # released, not merely left behind
+  out = _sweep(*COMMON, f"--workdir={wd}")
+  assert f"from step {step} of 24" in out.stderr, out.stderr[-2000:]
+  rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
+                    for line in open(os.path.join(d, "metrics.jsonl"))]
+  assert rows(wd) == rows(reference[0])  # every evaluation, every seed, exactly
+  assert _summary(wd)["test_accuracy"] == _summary(reference[0])["test_accuracy"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 700 KiB tmpfs (room for the smoke sweep's first two checkpoints, not a
+  third), remounted larger by calling it with a size; skipped where this
+  process cannot mount one (not root, or no tmpfs)."""
+  mnt = tmp_path / "small"
+  mnt.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mnt)],
+                    capture_output=True).returncode != 0:
+    pytest.skip("cannot mount a tmpfs here")
+
+  def grow(size):
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mnt)], check=True)
+  try:
+    yield mnt, grow
+  finally:
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(reference,
+                                                                             small_disk):
+  """A checkpoint that does not fit: the sweep says so in one line (where,
+  what it needs, what is free) and exits 1, without a traceback. Here the
+  free-space check before the save is made to pass, so the write itself runs
+  out of space mid-save (the harder case); the run after space is freed
+  removes the cut-off save and ends bit for bit as the uninterrupted run."""
+  mnt, grow = small_disk
+  wd = str(mnt / "run")
+  patched = ("import sys\n"
+             "from pe_spectral import checkpoint\n"
+             "checkpoint.Checkpointer.bytes_needed = lambda self, state: 0\n"
+             "from experiments import cli, sweep\n"
+             "sys.argv = ['sweep', *sys.argv[1:]]\n"
+             "cli.run(sweep.main)\n")
+  out = subprocess.run([sys.executable, "-c", patched, *COMMON, f"--workdir={wd}"],
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 1, out.stderr[-3000:]
+  errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  assert re.search(r"no space for the checkpoint of step \d+ in .*/ckpt: its write ran out "
+                   r"of space; .* MiB is free; free some space", errors[0]), errors[0]
+  assert any(d.endswith("orbax-checkpoint-tmp") for d in os.listdir(os.path.join(wd, "ckpt")))
+  grow("8m")
+  again = _sweep(*COMMON, f"--workdir={wd}")
+  assert "cut off" in again.stderr, again.stderr[-2000:]  # the cut-off save, named and removed
+  assert not any(d.endswith("tmp") for d in os.listdir(os.path.join(wd, "ckpt")))
+  rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
+                    for line in open(os.path.join(d, "metrics.jsonl"))]
+  assert rows(wd) == rows(reference[0])
+
+
+def test_a_checkpoint_that_cannot_fit_is_refused_before_writing(small_disk):
+  """The cheap check before each save: a state larger than the free space
+  raises DiskFullError at once, naming the bytes needed and free, and writes
+  nothing."""
+  import numpy as np
+
+  from pe_spectral import checkpoint
+  mnt, _ = small_disk
+  with checkpoint.Checkpointer(str(mnt / "ckpt")) as ckpt:
+    state = {"w": np.zeros((2**20 // 4,), np.float32)}  # 1 MiB
+    with pytest.raises(checkpoint.DiskFullError, match=r"step 3 in .*: it needs about 1\.1 "
+                                                        r"MiB, and 0\.\d MiB is free"):
+      ckpt.save(3, state, {"step": 3})
+    assert os.listdir(mnt / "ckpt") == []
