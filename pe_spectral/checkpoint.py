@@ -185,6 +185,7 @@ class Checkpointer:
     self._fetch = fetch or np.asarray
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
+    self._pending = (None, 0)  # the last save started: (step, bytes it needed)
     for name in ("absl", "orbax", "asyncio"):
       std_logging.getLogger(name).addFilter(_DROP_DISK_FULL)
 
@@ -221,7 +222,7 @@ class Checkpointer:
     checksum) at ``step``. Raises :class:`DiskFullError` at once when the
     filesystem's free space is below :meth:`bytes_needed` (a cheap check),
     and when the write itself, or the one before it, ran out of space."""
-    self._check_previous(step)  # waits for it, as orbax's own save would
+    self.wait()  # the previous save, as orbax's own save would; raises its full disk
     need = self.bytes_needed(state)
     if shutil.disk_usage(self.directory).free < need:
       raise self._full(step, need, "it needs")
@@ -234,16 +235,6 @@ class Checkpointer:
         raise self._full(step, need, "its write ran out of space; it needs") from None
       raise
     self._pending = (step, need)
-
-  def _check_previous(self, step: int) -> None:
-    """Waits for the previous asynchronous save; raises the full disk it met."""
-    try:
-      self._manager.wait_until_finished()
-    except Exception as e:
-      if is_disk_full(e):
-        last, need = getattr(self, "_pending", (step, 0))
-        raise self._full(last, need, "its write ran out of space; it needs") from None
-      raise
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
     """Restores ``(state, meta)`` as stored, unverified; ``abstract_state``
@@ -318,7 +309,7 @@ class Checkpointer:
       self._manager.wait_until_finished()
     except Exception as e:
       if is_disk_full(e):
-        step, need = getattr(self, "_pending", (None, 0))
+        step, need = self._pending
         raise self._full(step, need, "its write ran out of space; it needs") from None
       raise
 
