@@ -19,6 +19,7 @@ import logging as std_logging
 import os
 import shutil
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 import jax
@@ -137,8 +138,61 @@ _ABANDONED_READ = "_read_array_index_and_device_put"
 def _abandoned_read(u) -> bool:
   if getattr(u.object, "__qualname__", None) == _ABANDONED_READ:
     return True
-  return (u.object is None and u.exc_type is RuntimeError
-          and str(u.exc_value) == "Event loop is closed")
+  return u.object is None and _closed_loop_callback(u.exc_value)
+
+
+def _loop_closed(exc) -> bool:
+  return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+
+
+class _DropLoopClosed(std_logging.Filter):
+  """asyncio's "Exception in callback" records of a closed loop's callbacks."""
+
+  def filter(self, record):
+    return not (record.exc_info and _loop_closed(record.exc_info[1]))
+
+
+def _closed_loop_callback(exc) -> bool:
+  """``RuntimeError("Event loop is closed")`` raised where a TensorStore
+  thread hands a finished write back to orbax's event loop
+  (``call_soon_threadsafe``) after orbax has closed that loop."""
+  if not _loop_closed(exc):
+    return False
+  tb = exc.__traceback__
+  names = []
+  while tb is not None:
+    names.append(tb.tb_frame.f_code.co_name)
+    tb = tb.tb_next
+  return "call_soon_threadsafe" in names
+
+
+def _drop_abandoned_writes() -> None:
+  """When a save fails part-way (a full disk is the usual cause), orbax
+  closes its event loop and abandons the other shard writes, like the reads
+  above. TensorStore's threads finish them anyway, while the save is still
+  being torn down (before orbax raises to us) or as the process exits, and
+  each one prints a bare "Traceback ... RuntimeError: Event loop is closed"
+  (unraisable, from a thread, or through asyncio's logger): dozens of them.
+  The failure itself is reported in one line by :class:`Checkpointer`, so
+  these, and only these, are dropped for the rest of the process; it is
+  installed with the first Checkpointer because the noise starts before the
+  failing save returns. Every other error goes on to the hook that was in
+  place."""
+  if getattr(sys.unraisablehook, "drops_abandoned_writes", False):
+    return
+  previous_unraisable, previous_thread = sys.unraisablehook, threading.excepthook
+
+  def unraisable(u):
+    if not _abandoned_read(u):  # the same two kinds of noise as an abandoned read
+      previous_unraisable(u)
+
+  def thread(args):
+    if not _closed_loop_callback(args.exc_value):
+      previous_thread(args)
+
+  unraisable.drops_abandoned_writes = True
+  sys.unraisablehook, threading.excepthook = unraisable, thread
+  std_logging.getLogger("asyncio").addFilter(_DropLoopClosed())
 
 
 @contextlib.contextmanager
@@ -188,6 +242,7 @@ class Checkpointer:
     self._pending = (None, 0)  # the last save started: (step, bytes it needed)
     for name in ("absl", "orbax", "asyncio"):
       std_logging.getLogger(name).addFilter(_DROP_DISK_FULL)
+    _drop_abandoned_writes()
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()

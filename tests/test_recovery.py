@@ -132,6 +132,17 @@ def _abandon(name):
   del c
 
 
+def _closed_loop_error():
+  """The RuntimeError a TensorStore thread gets handing a result to a closed loop."""
+  import asyncio
+  loop = asyncio.new_event_loop()
+  loop.close()
+  try:
+    loop.call_soon_threadsafe(print)
+  except RuntimeError as e:
+    return e
+
+
 def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
   """The filter drops only orbax's abandoned-read errors, forwards the rest to
   the hook that was in place, leaves after a restore that worked and stays
@@ -143,8 +154,7 @@ def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
   with _drop_abandoned_reads():
     _abandon(_ABANDONED_READ)
     _abandon("someone_elses_coroutine")
-    for message in ("Event loop is closed", "something else"):  # a done-callback's error
-      err = RuntimeError(message)
+    for err in (_closed_loop_error(), RuntimeError("something else")):  # done-callbacks' errors
       sys.unraisablehook(types.SimpleNamespace(
           object=None, exc_type=RuntimeError, exc_value=err, exc_traceback=None, err_msg=None))
   assert seen == ["someone_elses_coroutine", None]
@@ -163,6 +173,29 @@ def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
   _abandon(_ABANDONED_READ)
   _abandon("someone_elses_coroutine")
   assert seen == ["someone_elses_coroutine"]
+
+
+def test_closed_loop_callbacks_of_abandoned_writes_are_dropped_and_nothing_else(monkeypatch):
+  """After a failed save, TensorStore's threads hand finished writes to
+  orbax's closed loop: those RuntimeErrors (raised in call_soon_threadsafe)
+  are dropped from the first Checkpointer on; the same message raised
+  elsewhere, and any other error, still reach the hook that was in place."""
+  import threading
+
+  from pe_spectral import checkpoint
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
+  monkeypatch.setattr(threading, "excepthook", lambda a: seen.append("thread " + str(a.exc_value)))
+  checkpoint._drop_abandoned_writes()
+  closed = _closed_loop_error()
+  elsewhere = RuntimeError("Event loop is closed")  # raised by hand: no call_soon_threadsafe
+  for exc in (closed, elsewhere, ValueError("a real one")):
+    sys.unraisablehook(types.SimpleNamespace(object=None, exc_type=type(exc), exc_value=exc,
+                                             exc_traceback=exc.__traceback__, err_msg=None))
+    threading.excepthook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc,
+                                               exc_traceback=exc.__traceback__, thread=None))
+  assert seen == ["Event loop is closed", "thread Event loop is closed",
+                  "a real one", "thread a real one"]
 
 
 def _smoke():

@@ -412,12 +412,11 @@ def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(refe
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 1, out.stderr[-3000:]
   errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-  # Known gap: TensorStore threads that outlive orbax's event loop may still
-  # print "RuntimeError: Event loop is closed" at exit in this mid-write case;
-  # every other traceback (orbax's, absl's, asyncio's) is gone.
-  others = [b for b in out.stderr.split("Traceback (most recent call last):")[1:]
-            if "Event loop is closed" not in b]
-  assert len(errors) == 1 and others == [], out.stderr[-3000:]
+  # no traceback: not orbax's, absl's or asyncio's, nor the "Event loop is
+  # closed" of TensorStore writes that finish after orbax's loop has closed
+  assert len(errors) == 1, out.stderr[-3000:]
+  for noise in ("Traceback", "Exception ignored", "Event loop is closed"):
+    assert noise not in out.stderr, out.stderr[-3000:]
   assert re.search(r"no space for the checkpoint of step \d+ in .*/ckpt: its write ran out "
                    r"of space; .* MiB is free; free some space", errors[0]), errors[0]
   assert any(d.endswith("orbax-checkpoint-tmp") for d in os.listdir(os.path.join(wd, "ckpt")))
