@@ -272,8 +272,8 @@ def test_script_quirks_name_every_paper_behaviour():
     rc = configs.build("smoke", "count", pe, faithful=faithful)
     rule = train.label_rule(rc.task, rc.model)
     assert rule.ignore_zero == (not rc.model.quirks.counts_label_zero)
-    base = configs.train_settings("study", "rope", faithful)
-    got = configs.train_settings("study", pe, faithful)
+    base = configs.train_settings("paper", "rope", faithful)
+    got = configs.train_settings("paper", pe, faithful)
     q = rc.model.quirks
     assert got["epochs"] == round(q.epochs_factor * base["epochs"])
     assert got["batch_size"] == q.batch_factor * base["batch_size"]
