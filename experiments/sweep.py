@@ -75,6 +75,11 @@ flags.DEFINE_integer("attention_block", None,
                      "Memory: the blockwise attention kernel with this many query rows per "
                      "block (keeps no [q, k] tensor for the backward pass; same numbers up "
                      "to float rounding). Default: the standard kernel.")
+flags.DEFINE_enum("attention_impl", None, ["own", "jax", "xla", "cudnn"],
+                  "Softmax attention: the project's kernel (own, the default) or "
+                  "jax.nn.dot_product_attention (jax: JAX's choice; xla; cudnn: fused flash "
+                  "attention on a GPU). The library's serves PEs whose logits are q.k plus a "
+                  "bias and has no dropout on the probabilities (set model.dropout=0).")
 flags.DEFINE_bool("remat", None, "Memory: recompute each block in the backward pass "
                   "instead of keeping its activations (default off).")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
@@ -191,7 +196,7 @@ def plan_runs():
         spec = configs.RunSpec.of(FLAGS.task, pe, preset=FLAGS.preset,
                                   faithful=FLAGS.faithful, settings=settings)
         rc = spec.build(attention_block=FLAGS.attention_block, remat=FLAGS.remat,
-                        dtype=FLAGS.dtype)
+                        dtype=FLAGS.dtype, attention_impl=FLAGS.attention_impl)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       runs.append((rc, FLAGS.workdir or os.path.join("runs", spec.run_id())))

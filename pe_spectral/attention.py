@@ -20,13 +20,18 @@ from jax import lax
 
 from pe_spectral import positional, rng, speed
 
-__all__ = ["attention", "blockwise_attention", "attention_logits", "softmax_probs", "dropout",
-           "masked_softmax",
+__all__ = ["attention", "blockwise_attention", "library_attention", "LIBRARY_IMPLEMENTATIONS",
+           "attention_logits", "softmax_probs", "dropout", "masked_softmax",
            "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
 # keys are all masked (such a row attends uniformly, and callers never pool it).
 _MASK_VALUE = -1e30
+
+# The values of ``attention(..., implementation=)`` that call
+# ``jax.nn.dot_product_attention``, and the ``implementation`` each passes it
+# (``"jax"``: None, JAX's own choice; today that is XLA).
+LIBRARY_IMPLEMENTATIONS = {"jax": None, "xla": "xla", "cudnn": "cudnn"}
 
 
 def dropout(x: jax.Array, rate: float, key: Optional[jax.Array]) -> jax.Array:
@@ -70,7 +75,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
               dropout_rate: float = 0.0,
               dropout_key: Optional[jax.Array] = None,
               factor: Optional[jax.Array] = None,
-              query_block: Optional[int] = None) -> jax.Array:
+              query_block: Optional[int] = None,
+              implementation: Optional[str] = None) -> jax.Array:
   """Softmax attention.
 
   Differentiated by a hand-written VJP (:func:`_attend`; the gradient of plain
@@ -103,6 +109,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
       rows at a time; same numbers up to float rounding. Like the kernel
       above it is a speed-layer piece: under :func:`speed.reference` the plain
       autodiff path runs instead.
+    implementation: None (default): the kernels above. ``"jax"``, ``"xla"``
+      or ``"cudnn"``: :func:`library_attention`, i.e.
+      ``jax.nn.dot_product_attention`` (cuDNN's fused flash attention on a
+      GPU with ``"cudnn"``). It computes ``softmax(q k^T * scale + bias)``
+      only: a ``factor``, dropout on the probabilities and ``query_block``
+      are refused (ValueError), never dropped silently.
 
   Returns:
     ``[batch, q_len, heads, d_v]``.
@@ -114,7 +126,20 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   chex.assert_axis_dimension(k, 2, q.shape[2])
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  if query_block is not None and speed.enabled():
+  if implementation is not None:
+    if query_block is not None:
+      raise ValueError(f"implementation={implementation!r} and query_block={query_block} "
+                       f"exclude each other (the blockwise kernel is the project's own)")
+    if factor is not None:
+      raise ValueError(f"implementation={implementation!r} (jax.nn.dot_product_attention) "
+                       f"has no multiplicative logit factor; use implementation=None")
+    if dropout_key is not None and dropout_rate > 0:
+      raise ValueError(f"implementation={implementation!r} (jax.nn.dot_product_attention) "
+                       f"has no dropout on the attention probabilities (rate "
+                       f"{dropout_rate}); train with that dropout 0 or implementation=None")
+    out = library_attention(q, k, v, bias=bias, mask=mask, scale=float(scale),
+                            implementation=implementation)
+  elif query_block is not None and speed.enabled():
     out = blockwise_attention(q, k, v, bias=bias, factor=factor, mask=mask,
                               dropout_key=dropout_key, scale=float(scale),
                               dropout_rate=float(dropout_rate), query_block=query_block)
@@ -127,6 +152,36 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   if head_mask is not None:
     out = _mask_heads(out, head_mask)
   return out
+
+
+def library_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
+                      bias: Optional[jax.Array] = None,
+                      mask: Optional[jax.Array] = None,
+                      scale: Optional[float] = None,
+                      implementation: str = "xla") -> jax.Array:
+  """``softmax(q k^T * scale + bias) v`` through ``jax.nn.dot_product_attention``
+  (shapes as :func:`attention`; ``implementation``: a key of
+  :data:`LIBRARY_IMPLEMENTATIONS`). The library wants values as wide as the
+  queries; narrower values (latent attention's ``[content | rotary]`` queries
+  against content-only values) are zero-padded and the padding cut from the
+  output, which leaves the result exact. Biases and masks of rank below 4 get
+  leading axes, as :func:`attention` broadcasts them."""
+  if implementation not in LIBRARY_IMPLEMENTATIONS:
+    raise ValueError(f"implementation must be one of {', '.join(LIBRARY_IMPLEMENTATIONS)}, "
+                     f"got {implementation!r}")
+  chex.assert_rank([q, k, v], 4)
+  if scale is None:
+    scale = 1.0 / math.sqrt(q.shape[-1])
+  d_v, d_qk = v.shape[-1], q.shape[-1]
+  if d_v > d_qk:
+    raise ValueError(f"values ({d_v}) wider than queries ({d_qk}) are not supported")
+  if d_v < d_qk:
+    v = jnp.pad(v, ((0, 0),) * 3 + ((0, d_qk - d_v),))
+  expand = lambda x: None if x is None else x.reshape((1,) * (4 - x.ndim) + x.shape)
+  out = jax.nn.dot_product_attention(q, k, v, bias=expand(bias), mask=expand(mask),
+                                     scale=float(scale),
+                                     implementation=LIBRARY_IMPLEMENTATIONS[implementation])
+  return out[..., :d_v]
 
 
 def softmax_probs(q, k, bias, mask, scale, dtype, factor=None):
@@ -469,9 +524,10 @@ class MultiHeadAttention(nnx.Module):
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
                rotary=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", query_block: Optional[int] = None,
-               rngs: nnx.Rngs):
+               implementation: Optional[str] = None, rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.query_block = query_block
+    self.implementation = implementation
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rotary = positional.Rotation() if rotary is None else rotary
@@ -521,7 +577,8 @@ class MultiHeadAttention(nnx.Module):
       bias = extra if bias is None else bias + extra
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
-                     dropout_key=dropout_key, factor=factor, query_block=self.query_block)
+                     dropout_key=dropout_key, factor=factor, query_block=self.query_block,
+                     implementation=self.implementation)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""
@@ -572,9 +629,10 @@ class LatentAttention(nnx.Module):
                rope_dim: int, shared_rope_query: bool = False,
                rotary=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", query_block: Optional[int] = None,
-               rngs: nnx.Rngs):
+               implementation: Optional[str] = None, rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.query_block = query_block
+    self.implementation = implementation
     self.attn_dropout = attn_dropout
     self.head_dim = d_model // num_heads
     self.rope_dim = rope_dim
@@ -634,7 +692,8 @@ class LatentAttention(nnx.Module):
     v = self.uv_proj(self.dkv_proj(x)).reshape(b, s, self.num_heads,
                                                self.head_dim)
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
-                     dropout_key=dropout_key, query_block=self.query_block)
+                     dropout_key=dropout_key, query_block=self.query_block,
+                     implementation=self.implementation)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""

@@ -150,6 +150,7 @@ BUILD_ARGUMENTS = {
     ("model", "pe_options.heads"): "rope_heads", ("model", "pe_options.slopes"): "alibi_slopes",
     ("model", "random_positions"): "random_positions",
     ("model", "attention_block"): "attention_block", ("model", "remat"): "remat",
+    ("model", "attention_impl"): "attention_impl",
     ("model", "dtype"): "dtype", ("task", "name"): "task", ("task", "data_seed"): "data_seed",
     ("train", "epochs"): "epochs", ("train", "steps"): "steps",
     ("train", "batch_size"): "batch_size", ("train", "learning_rate"): "learning_rate",
@@ -268,10 +269,13 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           attention_block: Optional[int] = None,
           remat: Optional[bool] = None,
           dtype: Optional[str] = None,
+          attention_impl: Optional[str] = None,
           overrides: Optional[dict] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
-  below it; ``attention_block``, ``remat``: the memory options; ``dtype``:
+  below it; ``attention_block``, ``remat``: the memory options;
+  ``attention_impl``: the softmax-attention code (``ModelConfig``; training
+  with dropout on the attention probabilities refuses the library's); ``dtype``:
   ``"float32"`` (the default, recorded as None) or ``"bfloat16"`` (mixed
   precision; :class:`~pe_spectral.model.ModelConfig`); ``overrides``:
   ``{section: {field: value}}`` (typed, :func:`parse_override`) applied to the
@@ -304,6 +308,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   for name, val in (("random_positions", random_positions),
                     ("attention_block", attention_block), ("remat", remat or None),
+                    ("attention_impl", attention_impl),
                     ("dtype", None if dtype == "float32" else dtype)):
     if val is not None:
       model_kw[name] = val
@@ -316,6 +321,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     model_kw["pe_options"] = options
   model_cfg = ModelConfig(pe=pe, vocab_size=task_cfg.vocab_size,
                           num_classes=num_classes, faithful=faithful, **model_kw)
+  if model_cfg.attention_impl is not None and model_cfg.drops_attention_probs:
+    raise ValueError(f"attention_impl={model_cfg.attention_impl!r} "
+                     f"(jax.nn.dot_product_attention) has no dropout on the attention "
+                     f"probabilities, which this run trains with at rate {model_cfg.dropout}; "
+                     f"set model.dropout=0 or keep attention_impl='own'")
   if task_cfg.max_len > model_cfg.max_len:
     raise ValueError(f"task max_len {task_cfg.max_len} exceeds model max_len "
                      f"{model_cfg.max_len}")
@@ -336,7 +346,7 @@ def is_workdir(workdir) -> bool:
 _NAME_PREFIXES = {("model", "pe_options.heads"): "k", ("model", "random_positions"): "rp"}
 # build() arguments that choose how a run computes, not what it computes: they
 # are not part of a run's identity (a resume may change them).
-HOW_TO_COMPUTE = ("attention_block", "remat", "dtype")
+HOW_TO_COMPUTE = ("attention_block", "remat", "dtype", "attention_impl")
 
 
 def _settable_fields() -> set:

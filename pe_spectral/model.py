@@ -36,7 +36,13 @@ import numpy as np
 from flax import nnx
 
 from pe_spectral import encodings, positional, remat, speed
-from pe_spectral.attention import LatentAttention, MultiHeadAttention, dropout, torch_linear
+from pe_spectral.attention import (
+  LIBRARY_IMPLEMENTATIONS,
+  LatentAttention,
+  MultiHeadAttention,
+  dropout,
+  torch_linear,
+)
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
            "PAD_ID", "ScriptQuirks", "script_quirks", "attention_of", "CLEAN", "TRANS_PY",
@@ -75,6 +81,12 @@ MLA_SCRIPT = ScriptQuirks(activation="gelu", attention_dropout=False, output_dro
 
 ACTIVATIONS = {"relu": jax.nn.relu,
                "gelu": functools.partial(jax.nn.gelu, approximate=False)}
+
+
+# PE kinds (encodings.KINDS) whose logits are not softmax(q·k + bias): the
+# library attention refuses them, saying what they have.
+LIBRARY_REFUSES = {"factor": "multiplicative factor",
+                   "contextual": "term computed from the queries and keys"}
 
 
 def attention_of(pe: str) -> str:
@@ -133,6 +145,20 @@ class ModelConfig:
       int: the blockwise kernel (:func:`attention.blockwise_attention`), which
       keeps none and builds them that many query rows at a time: the same
       model up to float rounding, far less memory, some recomputation.
+    attention_impl: which softmax-attention code runs. None (default, also
+      spelled ``"own"``): the project's kernel (or the blockwise one, with
+      ``attention_block``). ``"jax"``, ``"xla"``, ``"cudnn"``:
+      ``jax.nn.dot_product_attention`` with that ``implementation`` (``"jax"``
+      passes None, JAX's choice; ``"cudnn"`` is cuDNN's fused flash attention
+      on a GPU). It computes ``softmax(q·k * scale + bias)``, so it serves the
+      PEs whose logits are that (a q/k transform, an additive bias, input
+      embeddings; latent attention too) and refuses, by name, a PE with a
+      multiplicative factor or a content-computed term, and
+      ``attention_block``. It has no dropout on the attention probabilities:
+      training such a config with that dropout is refused
+      (``config.build``; :func:`attention.attention` at trace time), while
+      evaluation and ablation, which drop nothing, always can use it. The
+      same model up to float rounding (tested against the project's kernel).
     remat: rematerialise each block in the backward pass (only the blocks'
       inputs are kept, the rest is recomputed: :func:`remat.checkpoint`).
       None/False (default): off. Memory options, like ``attention_block``:
@@ -167,6 +193,7 @@ class ModelConfig:
   rope_scaling_original_len: Optional[int] = None
   random_positions: Optional[int] = None
   attention_block: Optional[int] = None
+  attention_impl: Optional[str] = None
   remat: Optional[bool] = None
   dtype: Optional[str] = None
 
@@ -197,6 +224,7 @@ class ModelConfig:
                                               or self.attention_block < 1):
       raise ValueError(f"attention_block must be an int >= 1 or None, got "
                        f"{self.attention_block!r}")
+    self._check_attention_impl(enc)
     if self.dtype not in (None, "bfloat16"):
       raise ValueError(f"dtype must be None (float32) or 'bfloat16', got {self.dtype!r}")
     if self.remat not in (None, True, False):
@@ -216,6 +244,32 @@ class ModelConfig:
     if self.relative_max_distance is not None and self.relative_max_distance < 1:
       raise ValueError("relative_max_distance must be >= 1")
     enc.validate(self)
+
+  def _check_attention_impl(self, enc) -> None:
+    """Validates ``attention_impl`` (``"own"`` is stored as None)."""
+    impl = self.attention_impl
+    if impl == "own":
+      object.__setattr__(self, "attention_impl", None)
+      return
+    if impl is None:
+      return
+    if impl not in LIBRARY_IMPLEMENTATIONS:
+      raise ValueError(f"attention_impl must be 'own' (or None), "
+                       f"{', '.join(map(repr, LIBRARY_IMPLEMENTATIONS))}; "
+                       f"got {impl!r}")
+    if self.attention_block is not None:
+      raise ValueError(f"attention_impl={impl!r} and attention_block exclude each other "
+                       f"(the blockwise kernel is the project's own)")
+    other = [k for k in enc.kinds if k in LIBRARY_REFUSES]
+    if other:
+      raise ValueError(f"attention_impl={impl!r} computes softmax(q·k + bias) and cannot "
+                       f"run pe={self.pe!r}, whose logits have a {LIBRARY_REFUSES[other[0]]}; "
+                       f"use attention_impl='own'")
+
+  @property
+  def drops_attention_probs(self) -> bool:
+    """Whether training drops out attention probabilities (rate ``dropout``)."""
+    return self.quirks.attention_dropout and self.dropout > 0
 
   @property
   def rope_scaling_spec(self) -> Optional[positional.RopeScaling]:
@@ -483,7 +537,8 @@ def _multi_head(cfg: ModelConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
       cfg.d_model, cfg.num_heads, rope_heads=cfg.num_rope_heads,
       rotary=cfg.encoding.qk_transform(cfg),
       attn_dropout=cfg.dropout if cfg.quirks.attention_dropout else 0.0,
-      init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
+      init_scheme=cfg.init, query_block=cfg.attention_block,
+      implementation=cfg.attention_impl, rngs=rngs)
 
 
 def _latent(cfg: ModelConfig, rngs: nnx.Rngs) -> LatentAttention:
@@ -495,7 +550,8 @@ def _latent(cfg: ModelConfig, rngs: nnx.Rngs) -> LatentAttention:
       # the paper's MLA has no attention dropout (ScriptQuirks); the clean
       # model gives every PE the same regularisation
       attn_dropout=cfg.dropout if cfg.quirks.attention_dropout else 0.0,
-      init_scheme=cfg.init, query_block=cfg.attention_block, rngs=rngs)
+      init_scheme=cfg.init, query_block=cfg.attention_block,
+      implementation=cfg.attention_impl, rngs=rngs)
 
 
 # ModelConfig.attention -> the attention module of a block
