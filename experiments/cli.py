@@ -9,17 +9,19 @@ value). ``--help`` (and absl's other help flags) exits 0.
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
-from absl import app
+import jax
+from absl import app, flags
 
 from pe_spectral import config, train
 from pe_spectral.errors import Remedy, RunError
 
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
            "checked_workdirs", "define_memory_flags", "memory_flags_error", "error_line",
-           "REMEDY_HINTS", "sweep_args"]
+           "REMEDY_HINTS", "sweep_args", "compile_cache_dir", "COMPILE_CACHE_OFF"]
 
 USAGE_EXIT = 2
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -152,12 +154,63 @@ def memory_flags_error(memory_gib, fraction) -> "str | None":
   return None if err is None else f"--{err}"  # the library names its arguments as the flags
 
 
+# --compile_cache values that turn JAX's persistent compilation cache off
+COMPILE_CACHE_OFF = ("", "off", "none", "0", "false")
+
+
+def compile_cache_dir(flag_value: Optional[str], environ=None) -> Optional[str]:
+  """The folder of JAX's persistent compilation cache for a program, or None
+  (off): ``--compile_cache`` if given (an off value: None), else
+  ``$JAX_COMPILATION_CACHE_DIR`` (JAX's own variable), else
+  ``$PE_SPECTRAL_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/pe-spectral/jax``
+  (``~/.cache/pe-spectral/jax``). A cached program is the same compiled code:
+  the cache only skips the compiler on a rerun of the same program (same
+  shapes, flags, jax and device), e.g. a resumed sweep or another seed count's
+  second run (measured in benchmarks/README.md)."""
+  env = os.environ if environ is None else environ
+  if flag_value is not None:
+    return None if flag_value.strip().lower() in COMPILE_CACHE_OFF else \
+        os.path.expanduser(flag_value)
+  for name in ("JAX_COMPILATION_CACHE_DIR", "PE_SPECTRAL_COMPILE_CACHE"):
+    if env.get(name) is not None:
+      value = env[name]
+      return None if value.strip().lower() in COMPILE_CACHE_OFF else os.path.expanduser(value)
+  base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "pe-spectral", "jax")
+
+
+def _use_compile_cache(flag_value: Optional[str]) -> None:
+  """Turns JAX's persistent compilation cache on in :func:`compile_cache_dir`'s
+  folder (before the program compiles anything); a folder that cannot be
+  made is one line on stderr, and the program runs without the cache."""
+  path = compile_cache_dir(flag_value)
+  if path is None:
+    jax.config.update("jax_enable_compilation_cache", False)
+    return
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    print(f"compile cache off: cannot create {path} ({e.strerror or e})", file=sys.stderr)
+    jax.config.update("jax_enable_compilation_cache", False)
+    return
+  jax.config.update("jax_compilation_cache_dir", path)
+
+
 def run(main: Callable[[list], int]) -> None:
-  """``app.run(main)``; absl's exit 1 for flag errors becomes 2, for help 0."""
+  """``app.run(main)``; absl's exit 1 for flag errors becomes 2, for help 0.
+  Every program gets ``--compile_cache`` (JAX's persistent compilation cache:
+  :func:`compile_cache_dir`)."""
   started = []
+  if "compile_cache" not in flags.FLAGS:
+    flags.DEFINE_string(
+        "compile_cache", None,
+        "Folder of JAX's persistent compilation cache (reruns of the same program skip "
+        "the compiler; same compiled code). Default: $JAX_COMPILATION_CACHE_DIR, else "
+        "$PE_SPECTRAL_COMPILE_CACHE, else ~/.cache/pe-spectral/jax. 'off' disables it.")
 
   def wrapped(argv):
     started.append(True)
+    _use_compile_cache(flags.FLAGS.compile_cache)
     try:
       return main(argv)
     except app.UsageError as e:

@@ -446,3 +446,27 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_writing(small_disk):
                                                         r"MiB, and 0\.\d MiB is free"):
       ckpt.save(3, state, {"step": 3})
     assert os.listdir(mnt / "ckpt") == []
+
+
+def test_compile_cache_folder_follows_flag_then_environment():
+  """--compile_cache wins, then JAX's own variable, then ours, then the XDG
+  cache folder; an off value (flag or variable) turns the cache off."""
+  from experiments.cli import compile_cache_dir
+  home = os.path.expanduser("~")
+  assert compile_cache_dir(None, {}) == os.path.join(home, ".cache", "pe-spectral", "jax")
+  assert compile_cache_dir(None, {"XDG_CACHE_HOME": "/x"}) == "/x/pe-spectral/jax"
+  env = {"PE_SPECTRAL_COMPILE_CACHE": "/ours", "XDG_CACHE_HOME": "/x"}
+  assert compile_cache_dir(None, env) == "/ours"
+  assert compile_cache_dir(None, dict(env, JAX_COMPILATION_CACHE_DIR="/jax")) == "/jax"
+  assert compile_cache_dir("~/c", dict(env, JAX_COMPILATION_CACHE_DIR="/jax")) == home + "/c"
+  for off in ("off", "0", "none", ""):
+    assert compile_cache_dir(off, env) is None
+    assert compile_cache_dir(None, {"PE_SPECTRAL_COMPILE_CACHE": off}) is None
+
+
+def test_a_sweep_fills_the_compile_cache_it_is_given(tmp_path):
+  """A real sweep writes its compiled programs to --compile_cache's folder."""
+  cache = tmp_path / "cache"
+  _sweep("--preset=smoke", "--seeds=1", "--steps=6", "--eval_every=6",
+         f"--workdir={tmp_path / 'run'}", f"--compile_cache={cache}")
+  assert cache.is_dir() and len(os.listdir(cache)) >= 2, os.listdir(cache)
