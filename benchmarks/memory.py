@@ -4,6 +4,8 @@ r"""Memory of the compiled programs, measured without running them.
   python -m benchmarks.memory --preset=cpu --pe=rope --seeds=8 --seed_group=0,1
   python -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=8 \
       --attention_block=0,32 --remat=false,true
+  python -m benchmarks.memory --preset=paper --pe=rope_sinusoidal --faithful --seeds=8 \
+      --attention_impl=own,xla --dropout=0
 
 For each (seed count, seed group) it lowers and compiles -- never runs -- the
 training chunk (``--steps`` steps), the evaluation, and (``--ablation``) the
@@ -45,6 +47,11 @@ def _define_flags() -> None:
                        "a layer's at once, as experiments.ablate's default).")
   flags.DEFINE_list("attention_block", ["0"], "Attention kernels: 0 = the standard one, "
                     "N = the blockwise one with N query rows per block.")
+  flags.DEFINE_list("attention_impl", ["own"], "Attention codes: own (the project's kernel) "
+                    "and/or jax.nn.dot_product_attention's jax, xla, cudnn. The library's has "
+                    "no dropout on the attention probabilities: with a preset that has it, "
+                    "add --dropout=0 (to every row, so they compare one model).")
+  flags.DEFINE_float("dropout", None, "Override the model's dropout rate (all rows).")
   flags.DEFINE_list("remat", ["false"], "Per-block rematerialisation: false, true or both.")
   flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bfloat16 or both.")
   flags.DEFINE_integer("time_reps", 0, "If > 0: also run the training chunk on real data "
@@ -120,7 +127,9 @@ def main(argv):
   if FLAGS.eval_examples < 0:
     raise app.UsageError("--eval_examples must be >= 0")
   import jax
-  rc = configs.build(FLAGS.preset, FLAGS.task, FLAGS.pe, faithful=FLAGS.faithful)
+  overrides = None if FLAGS.dropout is None else {"model": {"dropout": FLAGS.dropout}}
+  rc = configs.build(FLAGS.preset, FLAGS.task, FLAGS.pe, faithful=FLAGS.faithful,
+                     overrides=overrides)
   dev = jax.devices()[0]
   print(f"# {FLAGS.preset} preset, {FLAGS.task}, {FLAGS.pe}"
         f"{' (faithful)' if FLAGS.faithful else ''}: batch {rc.train.batch_size}, "
@@ -129,6 +138,17 @@ def main(argv):
         f"jax {jax.__version__}", flush=True)
   blocks = _ints("attention_block", FLAGS.attention_block, 0)
   remats = _bools("remat", FLAGS.remat)
+  impls = [i.strip() for i in FLAGS.attention_impl]
+  bad = [i for i in impls if i not in ("own", "jax", "xla", "cudnn")]
+  if bad:
+    raise app.UsageError(f"--attention_impl takes own, jax, xla, cudnn; got {', '.join(bad)}")
+  if set(impls) - {"own"} and rc.model.drops_attention_probs:
+    raise app.UsageError(f"--attention_impl={','.join(impls)}: the library's attention has no "
+                         f"dropout on the attention probabilities, which this preset trains "
+                         f"with at {rc.model.dropout}; add --dropout=0")
+  if set(impls) - {"own"} and blocks != [0]:
+    raise app.UsageError("--attention_block is the project's kernel: give it with "
+                         "--attention_impl=own only")
   dtypes = [d.strip() for d in FLAGS.dtype]
   bad = [d for d in dtypes if d not in ("float32", "bfloat16")]
   if bad:
@@ -140,14 +160,22 @@ def main(argv):
         "| train s/step |")
   print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   base = rc
-  for seeds, g, block, remat, dt, steps in itertools.product(seeds_list, groups, blocks,
-                                                             remats, dtypes, steps_list):
-    rc = dataclasses.replace(base, model=base.model.replace(
-        attention_block=block or None, remat=remat or None,
-        dtype=None if dt == "float32" else dt))
-    kernel = f"blockwise {block}" if block else "standard"
+  for seeds, g, impl, block, remat, dt, steps in itertools.product(
+      seeds_list, groups, impls, blocks, remats, dtypes, steps_list):
+    try:
+      rc = dataclasses.replace(base, model=base.model.replace(
+          attention_block=block or None, remat=remat or None,
+          dtype=None if dt == "float32" else dt, attention_impl=impl))
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
+    kernel = (f"blockwise {block}" if block else "standard") if impl == "own" \
+        else f"jax.nn {impl}"
     if g and seeds % g:
       print(f"# skip: seed group {g} does not divide {seeds} seeds", file=sys.stderr)
+      continue
+    if impl == "cudnn" and dt == "float32":
+      print("# skip: cuDNN's fused attention takes bfloat16 (or float16) only, not float32",
+            file=sys.stderr)
       continue
     group = None if g == 0 or g == seeds else g
     print(f"# compiling {seeds} seeds, group {g or 'all'}, {kernel} attention, "

@@ -11,6 +11,10 @@ i.e. the paper's architecture, so the PyTorch baseline is the same model):
   of one train step counted on its jaxpr, ``benchmarks/flops.py``) for 1 seed, 8 seeds
   vmapped, and 8 seeds
   one after another (the same compiled 1-seed chunk run 8 times);
+* the attention codes side by side (``--attention_impls``): the project's
+  kernel (``own``) and ``jax.nn.dot_product_attention`` (``xla``; ``cudnn`` on a
+  GPU), 8 seeds vmapped, at dropout 0 for all (the library has no dropout on
+  the attention probabilities);
 * the PyTorch eager baseline (one seed per process, as the paper's code);
 * compile time of the first chunk and the chunk's trace count;
 * one seed's step time at several batch sizes, fitted as ``t0 + c*B``: the
@@ -62,6 +66,9 @@ flags.DEFINE_integer("ablation_examples", 4096,
 flags.DEFINE_string("overhead_batches", "8,16,32,64,128",
                     "cpu preset: fit one seed's step time over these batch sizes "
                     "(empty: skip).")
+flags.DEFINE_string("attention_impls", "own,xla",
+                    "Attention codes timed side by side (vmapped seeds, dropout 0): own, jax, "
+                    "xla, cudnn (the last on a GPU); empty: none.")
 flags.DEFINE_string("out", "benchmarks/out/run.json", "JSON output.")
 
 
@@ -92,10 +99,17 @@ def matmul_peak(n=2048, reps=5) -> float:
   return 2 * n ** 3 / best / 1e9
 
 
-def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=1):
+def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=1,
+               attention_impl=None, short=False):
+  """The throughput rows of one preset and PE. ``attention_impl``: time that
+  attention code at dropout 0 (the library's has no dropout on the
+  probabilities; :func:`attention_rows`); ``short``: only the 1-seed and
+  ``seeds``-vmapped rows."""
   from pe_spectral import config as configs
   from pe_spectral import tasks, train
-  rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch)
+  overrides = None if attention_impl is None else {"model": {"dropout": 0.0}}
+  rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch,
+                     attention_impl=attention_impl, overrides=overrides)
   task = rc.task.replace(num_examples=max(4 * batch * (steps + 2), 2000))
   data = tasks.generate(task)
   tr = train.make_steps(rc.model, task, rc.train, data.train_ids.shape[0])
@@ -130,11 +144,15 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
     rows[label] = {"seed_examples_per_s": ex, "seconds": total,
                    "first_chunk_compile_s": t_compile,
                    "mfu": flops * n_seeds * steps / total / (peak * 1e9)}
-    log(f"  {preset:<5} b{batch:<4} {pe:<5} {label:<14} {ex:9.1f} seed-ex/s  MFU "
+    label_shown = label if attention_impl is None else f"{label}, {attention_impl}"
+    log(f"  {preset:<5} b{batch:<4} {pe:<5} {label_shown:<14} {ex:9.1f} seed-ex/s  MFU "
         f"{100 * rows[label]['mfu']:5.1f}%  first chunk {t_compile:6.1f}s")
 
   measure("1 seed", one)
   measure(f"{seeds} vmapped", train.seed_keys(list(range(seeds))))
+  if short:
+    rows["model"] = dataclasses.asdict(rc.model)
+    return rows
   measure(f"{seeds} sequential", one, repeat=seeds)
   for g in seed_groups:  # vmapped groups of g seeds, lax.map over the groups
     grouped = train.make_steps(rc.model, task, rc.train, data.train_ids.shape[0],
@@ -145,6 +163,27 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
   rows["batch"] = batch
   rows["model"] = dataclasses.asdict(rc.model)
   return rows
+
+
+def attention_rows(preset, pe, steps, batch, seeds, peak, log, impls, reps=1,
+                   torch=None) -> dict:
+  """1 seed's and ``seeds`` vmapped seeds' throughput with each attention
+  code in ``impls`` (``own`` and the library's ``jax``/``xla``/``cudnn``), all
+  at dropout 0 so the model is the same; ratios to ``own`` and, given the
+  PyTorch eager row ``torch``, each code's 1-seed rate over PyTorch's."""
+  out = {impl: train_rows(preset, pe, steps, batch, seeds, peak, log, reps=reps,
+                          attention_impl=impl, short=True) for impl in impls}
+  if "own" in out:
+    for label in ("1 seed", f"{seeds} vmapped"):
+      base = out["own"][label]["seed_examples_per_s"]
+      log(f"  => {label}: " + "; ".join(
+          f"{impl} / own = {r[label]['seed_examples_per_s'] / base:.2f}x"
+          for impl, r in out.items() if impl != "own"))
+  if torch:
+    log("  => 1 seed / torch eager: " + "; ".join(
+        f"{impl} {r['1 seed']['seed_examples_per_s'] / torch['examples_per_s']:.2f}x"
+        for impl, r in out.items()))
+  return out
 
 
 def overhead_fit(log, batches, steps=20, preset="cpu", pe="rope"):
@@ -276,6 +315,11 @@ def main(argv):
         if row.get("torch"):
           msg += f" (/ torch {gr / row['torch']['examples_per_s']:.2f}x)"
       log(msg)
+      impls = [i for i in FLAGS.attention_impls.split(",") if i]
+      if impls:
+        row["attention"] = attention_rows(preset, pe, steps, batch, FLAGS.seeds, peak, log,
+                                          impls, reps=FLAGS.reps if preset != "paper" else 1,
+                                          torch=row.get("torch"))
       res["train"][f"{label}/{pe}"] = row
   if FLAGS.overhead_batches and "cpu" in FLAGS.presets.split(","):
     res["overhead_fit"] = overhead_fit(

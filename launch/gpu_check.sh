@@ -15,6 +15,14 @@
 #   part 2 -- the cpu preset's steps/s (one vmap vs sequential), the all-heads
 #     ablation at paper size on a 40-step run, and MFU (benchmarks/run.py: model
 #     matmul FLOPs over the matmul peak measured in the same process).
+#   part 3 -- the library's attention (jax.nn.dot_product_attention) beside the
+#     project's kernel at the paper preset, dropout 0 for all rows (the library
+#     has none on the probabilities): memory and steps/s with 8 seeds one after
+#     another in one program (own, xla, cudnn; cudnn in bfloat16 only, its only
+#     dtype besides float16), the memory of the 8-wide vmap (own vs cudnn), and
+#     benchmarks/run.py's steps/s side by side with the ratio to the authors'
+#     PyTorch per seed (benchmarks/torch_baseline.py: only where torch is
+#     installed on the machine; the row says so otherwise).
 # Each step has its own timeout, so one slow step cannot eat the others' time.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -24,8 +32,8 @@ cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 PART=all
 case "${1:-}" in
-  --part=1|--part=2) PART=${1#--part=}; shift ;;
-  --part=*) echo "error: --part must be 1 or 2, got ${1#--part=}" >&2; exit 2 ;;
+  --part=1|--part=2|--part=3) PART=${1#--part=}; shift ;;
+  --part=*) echo "error: --part must be 1, 2 or 3, got ${1#--part=}" >&2; exit 2 ;;
 esac
 LOG=${1:-benchmarks/device/gpu-check-$(date +%Y-%m-%d).log}
 PY=${PYTHON:-python3}
@@ -42,13 +50,13 @@ STUDY=("$PY" -m experiments.sweep --preset=cpu --pe=rope --seeds=8 --steps=200
 
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1
 run_or_print nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-if [ "$PART" != 2 ]; then
+if [ "$PART" = all ] || [ "$PART" = 1 ]; then
   run_or_print timeout 220 "${MEM[@]}" --seed_group=0,1 --remat=true \
     --dtype=float32,bfloat16 --steps=10 --time_reps=3
   run_or_print timeout 130 "${MEM[@]}" --seed_group=0 --remat=true --attention_block=32
   run_or_print timeout 100 "${MEM[@]}" --seed_group=2 --remat=false --dtype=float32,bfloat16
 fi
-if [ "$PART" != 1 ]; then
+if [ "$PART" = all ] || [ "$PART" = 2 ]; then
   run_or_print timeout 50 "${STUDY[@]}" --seed_group=0 --workdir=runs/gpu-check/study-vmap
   run_or_print timeout 50 "${STUDY[@]}" --seed_group=1 --workdir=runs/gpu-check/study-seq
   # a 40-step paper-preset run for the ablation (sized by --seed_group=auto)
@@ -58,5 +66,17 @@ if [ "$PART" != 1 ]; then
   run_or_print timeout 150 "$PY" -m benchmarks.run --presets=paper --paper_batch=512 \
     --pes=rope --seeds=8 --seed_groups=1 --notorch --noablation --small_batch=0 \
     --overhead_batches= --out=runs/gpu-check/run.json
+fi
+if [ "$PART" = all ] || [ "$PART" = 3 ]; then
+  run_or_print timeout 240 "${MEM[@]}" --seed_group=1 --attention_impl=own,xla,cudnn \
+    --dropout=0 --dtype=float32,bfloat16 \
+    --steps=10 --time_reps=3
+  run_or_print timeout 100 "${MEM[@]}" --seed_group=0 --remat=true \
+    --attention_impl=own,cudnn --dropout=0 --dtype=bfloat16
+  TORCH=--notorch
+  if [ "$DRY_RUN" -eq 1 ] || "$PY" -c "import torch" 2>/dev/null; then TORCH=--torch; fi
+  run_or_print timeout 140 "$PY" -m benchmarks.run --presets=paper --paper_batch=128 \
+    --pes=rope --seeds=8 --seed_groups= --noablation --small_batch=0 --overhead_batches= \
+    --attention_impls=own,xla "$TORCH" --out=runs/gpu-check/run-attention.json
 fi
 echo "done: $LOG"

@@ -165,13 +165,22 @@ def library_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   queries; narrower values (latent attention's ``[content | rotary]`` queries
   against content-only values) are zero-padded and the padding cut from the
   output, which leaves the result exact. Biases and masks of rank below 4 get
-  leading axes, as :func:`attention` broadcasts them."""
+  leading axes, as :func:`attention` broadcasts them. ``"cudnn"`` takes
+  bfloat16/float16 inputs only (a one-line ValueError otherwise) and its bias
+  in that dtype."""
   if implementation not in LIBRARY_IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {', '.join(LIBRARY_IMPLEMENTATIONS)}, "
                      f"got {implementation!r}")
   chex.assert_rank([q, k, v], 4)
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
+  if implementation == "cudnn":
+    if q.dtype not in (jnp.bfloat16, jnp.float16):
+      raise ValueError(f"implementation='cudnn' (cuDNN flash attention) takes bfloat16 or "
+                       f"float16 queries, got {q.dtype}; use the bfloat16 compute dtype, or "
+                       f"implementation='xla'")
+    if bias is not None:  # cuDNN adds the bias in the compute dtype
+      bias = bias.astype(q.dtype)
   d_v, d_qk = v.shape[-1], q.shape[-1]
   if d_v > d_qk:
     raise ValueError(f"values ({d_v}) wider than queries ({d_qk}) are not supported")

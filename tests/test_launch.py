@@ -48,24 +48,31 @@ def test_gpu_check_dry_run_writes_nothing():
   out = _run("launch/gpu_check.sh", "--dry_run", "/tmp/never-written.log")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
-  assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 3
+  assert sum("benchmarks.memory --preset=paper" in ln for ln in lines) == 5
   assert any("--seed_group=auto" in ln for ln in lines)
-  assert sum("bfloat16" in ln for ln in lines) == 2
+  assert sum("bfloat16" in ln for ln in lines) == 4
   assert any("experiments.ablate --workdir=runs/gpu-check/paper-auto" in ln for ln in lines)
   assert any("benchmarks.run --presets=paper" in ln for ln in lines)
   # two parts, each one device call: part 1 the paper preset, part 2 the rest
   one = _run("launch/gpu_check.sh", "--dry_run", "--part=1", "/tmp/never-written.log")
   two = _run("launch/gpu_check.sh", "--dry_run", "--part=2", "/tmp/never-written.log")
+  three = _run("launch/gpu_check.sh", "--dry_run", "--part=3", "/tmp/never-written.log")
   timed = lambda out: [ln for ln in out.stdout.splitlines() if ln.startswith("timeout ")]
-  assert len(timed(one)) + len(timed(two)) == len([ln for ln in lines if ln.startswith("timeout ")])
-  for part in (one, two):  # the timeouts fit 8 minutes per part
+  assert len(timed(one)) + len(timed(two)) + len(timed(three)) == len(
+      [ln for ln in lines if ln.startswith("timeout ")])
+  for part in (one, two, three):  # the timeouts fit 8 minutes per part
     assert sum(int(ln.split()[1]) for ln in timed(part)) <= 480, part.stdout
   assert not any("benchmarks.memory" in ln for ln in timed(two))
   # part 1 times the chunk itself (no sweep: sizing, compiling and evaluating
   # the paper model outlasted a sweep row's timeout on the 2026-12-04 H200)
   assert any("--time_reps=" in ln and "--seed_group=0,1" in ln for ln in timed(one))
   assert not any("experiments.sweep" in ln for ln in timed(one))
-  assert _run("launch/gpu_check.sh", "--dry_run", "--part=3").returncode == 2
+  # part 3: the library's attention beside the project's kernel, dropout 0,
+  # cudnn among the memory rows, the ratio to PyTorch where torch is installed
+  assert all("--dropout=0" in ln for ln in timed(three) if "benchmarks.memory" in ln)
+  assert sum("cudnn" in ln for ln in timed(three)) == 2
+  assert any("--attention_impls=own,xla" in ln and "--torch" in ln for ln in timed(three))
+  assert _run("launch/gpu_check.sh", "--dry_run", "--part=4").returncode == 2
   assert all(ln.startswith(("timeout ", "python", "nvidia-smi", "done:")) for ln in lines)
   assert not os.path.exists("/tmp/never-written.log")
 

@@ -100,6 +100,9 @@ def test_the_wrapper_pads_narrow_values_exactly():
   np.testing.assert_allclose(out, np.einsum("bhqk,bkhd->bqhd", p, vn), rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="implementation must be one of"):
     library_attention(q, k, v, implementation="flash")
+  with pytest.raises(ValueError, match="'cudnn' .* takes bfloat16 or float16 queries, got "
+                                       "float32"):
+    library_attention(q, k, v, implementation="cudnn")
 
 
 def _model_loss_and_grads(cfg, ids, labels, seeds=3):
