@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import encodings  # noqa: E402
+from pe_spectral import encodings, positional  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workdir", None, "Finished sweep workdirs (comma list).")
@@ -46,9 +46,12 @@ flags.DEFINE_list("factors", ["1", "1.5", "2", "3", "4"],
 flags.DEFINE_integer("examples", 2000, "Test examples per length.")
 flags.DEFINE_integer("shift", 0, "Move each sentence right by a random 0..shift pad "
                      "tokens (clean runs only).")
-flags.DEFINE_enum("rope_scaling", "none", ["none", "pi", "ntk", "yarn"],
+flags.DEFINE_enum("rope_scaling", "none", ["none", *positional.ROPE_SCALINGS],
                   "Eval-time context extension of rotary PEs (factor = test length / "
-                  "training length).")
+                  "training length): pi, ntk (at each length's own factor: also Hugging "
+                  "Face's dynamic NTK), yarn (as the reference implementations compute it), "
+                  "yarn_turns (as the YaRN paper's equation is written), llama3 (Llama 3.1's "
+                  "scaling, low/high frequency factors 1 and 4).")
 flags.DEFINE_string("out", None, "Also draw all workdirs in one figure here.")
 
 

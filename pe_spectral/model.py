@@ -128,7 +128,8 @@ class ModelConfig:
     relative_max_distance: clip distance (default ``max_len - 1``, i.e. every
       offset its own entry, as the paper) or the T5 ``max_distance``.
     rope_scaling, rope_scaling_factor, rope_scaling_original_len: an
-      eval-time rotary context extension (``"pi"``, ``"ntk"``, ``"yarn"``;
+      eval-time rotary context extension (``positional.ROPE_SCALINGS``:
+      ``"pi"``, ``"ntk"``, ``"yarn"``, ``"yarn_turns"``, ``"llama3"``;
       :class:`positional.RopeScaling`) applied to an already-trained model by
       ``experiments.lengths``; None (default) trains and evaluates plain RoPE.
     random_positions: randomized positions (Ruoss et al. 2023): every batch,

@@ -24,7 +24,9 @@ __all__ = [
     "sinusoidal_table", "rope_angles", "apply_rope", "rotate", "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket",
     "relative_offsets", "relative_bias_from_table",
-    "RopeScaling", "pi_frequencies", "ntk_base", "yarn_frequencies",
+    "RopeScaling", "ROPE_SCALINGS", "pi_frequencies", "ntk_base", "yarn_frequencies",
+    "yarn_correction_range", "yarn_turns_frequencies", "llama3_frequencies",
+    "dynamic_ntk_base",
     "yarn_attention_factor", "rope_inverse_frequencies", "rotary_cos_bias",
     "rotary_cos_coeffs", "decay_rates", "decay_factor", "decay_coeffs", "p_rope_frequencies",
     "kerple_bias", "kerple_coeffs", "kerple_params",
@@ -110,18 +112,90 @@ def ntk_base(base: float, factor: float, head_dim: int) -> float:
   return float(base) * float(factor) ** (head_dim / (head_dim - 2))
 
 
-def yarn_frequencies(inv_freq, factor: float, original_len: int, *,
-                     beta_fast: float = 32.0, beta_slow: float = 1.0):
-  """YaRN's "NTK-by-parts" frequencies (Peng et al. 2023, arXiv 2309.00071).
+def yarn_correction_range(head_dim: int, base: float, original_len: int, *,
+                          beta_fast: float = 32.0, beta_slow: float = 1.0,
+                          truncate: bool = True) -> tuple[float, float]:
+  """YaRN's correction range: the pair indices ``(low, high)`` whose
+  frequency turns ``beta_fast`` and ``beta_slow`` times over ``original_len``
+  positions, ``i(r) = d · ln(L / (2π r)) / (2 ln b)``; floored and ceiled
+  (``truncate``, as the YaRN authors' code and Hugging Face do), then clipped
+  to ``[0, d - 1]``."""
+  def index(turns):
+    return head_dim * math.log(original_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+  low, high = index(beta_fast), index(beta_slow)
+  if truncate:
+    low, high = math.floor(low), math.ceil(high)
+  return max(low, 0), min(high, head_dim - 1)
 
-  With ``r_i = original_len · θ_i / (2π)`` (turns of pair i over the training
-  context) and the ramp ``γ_i = clip((r_i − β_slow) / (β_fast − β_slow), 0, 1)``:
-  ``θ'_i = (1 − γ_i) θ_i / s + γ_i θ_i`` -- pairs that turn many times keep their
-  frequency, pairs that turn less than once are interpolated like PI.
-  """
+
+def yarn_frequencies(inv_freq, factor: float, original_len: int, *, head_dim: int,
+                     base: float = 10000.0, beta_fast: float = 32.0, beta_slow: float = 1.0,
+                     truncate: bool = True):
+  """YaRN's "NTK-by-parts" frequencies as the YaRN authors' code and Hugging
+  Face ``rope_utils`` compute them (Peng et al. 2023, arXiv 2309.00071): a
+  ramp that is linear in the pair index ``i`` between the correction range
+  ``(low, high)`` of :func:`yarn_correction_range`,
+  ``γ_i = clip((i − low) / (high − low), 0, 1)``, and
+  ``θ'_i = γ_i θ_i / s + (1 − γ_i) θ_i``: pairs below ``low`` (many turns over
+  the training context) keep their frequency, pairs above ``high`` are
+  interpolated like PI. ``inv_freq``: the ``[head_dim/2]`` table (p-RoPE's
+  zeros stay zero). The paper's equation, linear in the number of turns
+  instead, is :func:`yarn_turns_frequencies`; the two differ."""
+  low, high = yarn_correction_range(head_dim, base, original_len, beta_fast=beta_fast,
+                                    beta_slow=beta_slow, truncate=truncate)
+  if high == low:
+    high += 0.001  # the reference code's guard against a zero-width ramp
+  ramp = np.clip((np.arange(len(inv_freq)) - low) / (high - low), 0.0, 1.0)
+  return ramp * inv_freq / factor + (1.0 - ramp) * inv_freq
+
+
+def yarn_turns_frequencies(inv_freq, factor: float, original_len: int, *,
+                           beta_fast: float = 32.0, beta_slow: float = 1.0):
+  """YaRN's ramp as the paper's equation is written: linear in the number of
+  turns ``r_i = original_len · θ_i / (2π)``,
+  ``γ_i = clip((r_i − β_slow) / (β_fast − β_slow), 0, 1)``,
+  ``θ'_i = (1 − γ_i) θ_i / s + γ_i θ_i``. Not what the reference
+  implementations compute (:func:`yarn_frequencies`): at head dim 128,
+  base 10⁴, training length 2,048 and factor 10 single frequencies differ by
+  up to 61 %. Kept (as ``"yarn_turns"``) because earlier results used it."""
   turns = original_len * inv_freq / (2 * np.pi)
   ramp = np.clip((turns - beta_slow) / (beta_fast - beta_slow), 0.0, 1.0)
   return (1.0 - ramp) * inv_freq / factor + ramp * inv_freq
+
+
+def llama3_frequencies(inv_freq, factor: float, original_len: int, *,
+                       low_freq_factor: float = 1.0, high_freq_factor: float = 4.0):
+  """Llama 3.1's RoPE scaling (as Hugging Face ``rope_utils`` computes it):
+  with wavelengths ``λ_i = 2π / θ_i``, pairs shorter than
+  ``original_len / high_freq_factor`` keep ``θ_i``, pairs longer than
+  ``original_len / low_freq_factor`` get ``θ_i / s``, and between them
+  ``θ'_i = (1 − g) θ_i / s + g θ_i`` with
+  ``g = (original_len / λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor)``.
+  A zero frequency (p-RoPE) stays zero."""
+  if not high_freq_factor > low_freq_factor > 0:
+    raise ValueError(f"llama3 scaling needs high_freq_factor > low_freq_factor > 0, got "
+                     f"{high_freq_factor} and {low_freq_factor}")
+  inv_freq = np.asarray(inv_freq, np.float64)
+  rotating = inv_freq > 0
+  wavelen = 2 * np.pi / np.where(rotating, inv_freq, 1.0)
+  long_, short = original_len / low_freq_factor, original_len / high_freq_factor
+  g = (original_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+  between = (1.0 - g) * inv_freq / factor + g * inv_freq
+  scaled = np.where(wavelen > long_, inv_freq / factor,
+                    np.where(wavelen < short, inv_freq, between))
+  return np.where(rotating, scaled, 0.0)
+
+
+def dynamic_ntk_base(base: float, factor: float, head_dim: int, seq_len: int,
+                     original_len: int) -> float:
+  """Dynamic NTK scaling (Hugging Face's ``dynamic`` rope type): the base
+  ``b · (s · L / L₀ − (s − 1))^(d/(d−2))`` for a sequence of ``L =
+  max(seq_len, original_len)`` positions, i.e. the base that grows with the
+  sequence instead of being fixed by one factor; ``b`` itself up to ``L₀``.
+  With ``s = 1`` it is :func:`ntk_base` at factor ``L / L₀``."""
+  length = max(int(seq_len), int(original_len))
+  grown = factor * length / original_len - (factor - 1)
+  return float(base) * grown ** (head_dim / (head_dim - 2))
 
 
 def yarn_attention_factor(factor: float) -> float:
@@ -130,18 +204,27 @@ def yarn_attention_factor(factor: float) -> float:
   return 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
 
 
+# The eval-time rotary context extensions (RopeScaling.kind).
+ROPE_SCALINGS = ("pi", "ntk", "yarn", "yarn_turns", "llama3")
+
+
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
-  """An eval-time rotary context extension: ``kind`` in ``pi``, ``ntk``,
-  ``yarn``; ``factor = L_test / L_train``; ``original_len`` (YaRN's ramp) is
-  the training length."""
+  """An eval-time rotary context extension: ``kind`` in :data:`ROPE_SCALINGS`
+  (``pi``, ``ntk``, ``yarn`` as the reference implementations compute it,
+  ``yarn_turns`` as the YaRN paper's equation is written, ``llama3``);
+  ``factor = L_test / L_train``; ``original_len`` (YaRN's and Llama 3's
+  ranges) is the training length. Evaluated at each length with its own
+  factor, ``ntk`` is also Hugging Face's dynamic NTK at factor 1
+  (:func:`dynamic_ntk_base`)."""
   kind: str
   factor: float
   original_len: int
 
   def __post_init__(self):
-    if self.kind not in ("pi", "ntk", "yarn"):
-      raise ValueError(f"rope scaling must be 'pi', 'ntk' or 'yarn', got {self.kind!r}")
+    if self.kind not in ROPE_SCALINGS:
+      raise ValueError(f"rope scaling must be one of {', '.join(ROPE_SCALINGS)}, "
+                       f"got {self.kind!r}")
     if not (math.isfinite(self.factor) and self.factor >= 1.0):
       raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}")
     if self.original_len < 1:
@@ -149,7 +232,7 @@ class RopeScaling:
 
   @property
   def attention_factor(self) -> float:
-    return yarn_attention_factor(self.factor) if self.kind == "yarn" else 1.0
+    return yarn_attention_factor(self.factor) if self.kind.startswith("yarn") else 1.0
 
 
 def p_rope_frequencies(head_dim: int, p: float, *, base: float = 10000.0) -> np.ndarray:
@@ -178,7 +261,12 @@ def rope_inverse_frequencies(head_dim: int, base: float = 10000.0,
     return freqs
   if scaling.kind == "pi":
     return pi_frequencies(freqs, scaling.factor)
-  return yarn_frequencies(freqs, scaling.factor, scaling.original_len)
+  if scaling.kind == "yarn_turns":
+    return yarn_turns_frequencies(freqs, scaling.factor, scaling.original_len)
+  if scaling.kind == "llama3":
+    return llama3_frequencies(freqs, scaling.factor, scaling.original_len)
+  return yarn_frequencies(freqs, scaling.factor, scaling.original_len, head_dim=head_dim,
+                          base=base)
 
 
 def rope_angles(positions: jax.Array, head_dim: int,

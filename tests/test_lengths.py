@@ -42,8 +42,8 @@ def test_ntk_base_keeps_highest_and_stretches_lowest_frequency():
   np.testing.assert_allclose(P.ntk_base(BASE, s, D), BASE * s ** (D / (D - 2)))
 
 
-def test_yarn_frequencies_follow_the_papers_ramp():
-  """YaRN (Peng et al. 2023, eq. 17-19) written with wavelengths: λ = 2π/θ,
+def test_yarn_turns_frequencies_follow_the_papers_ramp():
+  """YaRN as the paper's eq. 17-19 is written ("yarn_turns"), with wavelengths: λ = 2π/θ,
   r = L/λ; γ = 0 below r = 1, 1 above r = 32, linear between;
   θ' = (1-γ) θ/s + γ θ. Attention: logits times (0.1 ln s + 1)^2."""
   s, L = 3.0, 48
@@ -52,7 +52,7 @@ def test_yarn_frequencies_follow_the_papers_ramp():
     r = L / (2 * math.pi / theta)
     gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
     want.append((1 - gamma) * theta / s + gamma * theta)
-  sc = P.RopeScaling("yarn", s, L)
+  sc = P.RopeScaling("yarn_turns", s, L)
   np.testing.assert_allclose(P.rope_inverse_frequencies(D, BASE, sc), want, rtol=1e-12)
   q = jax.random.normal(jax.random.key(1), (1, 6, 1, D))
   k = jax.random.normal(jax.random.key(2), (1, 6, 1, D))
@@ -70,6 +70,51 @@ def test_yarn_frequencies_follow_the_papers_ramp():
     return x * (0.1 * math.log(s) + 1)
   np.testing.assert_allclose(got, logits(rot(q), rot(k)), rtol=1e-4, atol=1e-4)
   assert P.yarn_attention_factor(1.0) == 1.0
+
+
+# Hugging Face transformers 5.25.0 ``modeling_rope_utils`` (float32), computed
+# once and carried over: {pair index: inverse frequency}.
+HF_YARN_128 = {0: 1.0, 10: 0.23713736236095428, 16: 0.10000000149011612, 20: 0.04813641682267189,
+               24: 0.022515418007969856, 28: 0.01010062638670206, 32: 0.004240000154823065,
+               40: 0.00043006986379623413, 63: 1.15478187581175e-05}  # d 128, b 1e4, L 2048, s 10
+HF_YARN_16 = [1.0, 0.21081849932670593, 0.03333333507180214, 0.010540924966335297,
+              0.0033333334140479565, 0.0010540926596149802, 0.00033333332976326346,
+              0.00010540925723034889]  # d 16, b 1e4, L 48, s 3 (the cpu preset's rope)
+HF_LLAMA3_128 = {0: 1.0, 10: 0.12868738174438477, 16: 0.03760603070259094,
+                 20: 0.016560440883040428, 24: 0.00729266507551074, 28: 0.0032114461064338684,
+                 32: 0.0005248460220173001, 40: 3.428102354519069e-05,
+                 63: 3.068925877869333e-07}  # d 128, b 5e5, L 8192, s 8, low 1, high 4
+HF_DYNAMIC_64 = {0: 1.0, 8: 0.07531334459781647, 16: 0.0056721000000834465,
+                 31: 4.445071317604743e-05}  # d 64, b 1e4, max_pos 2048, s 2, seq_len 4096
+
+
+def _at(freqs, golden):
+  return np.asarray(freqs)[list(golden)], np.asarray(list(golden.values()))
+
+
+def test_yarn_llama3_and_dynamic_ntk_equal_the_reference_implementation():
+  """YaRN (ramp over the pair index between floor/ceil correction dims), Llama
+  3.1 scaling and dynamic NTK give Hugging Face's frequencies to float32
+  rounding, and YaRN its attention factor; the paper-equation ramp
+  ("yarn_turns") is a different method: up to 61 % apart at d 128."""
+  theta = P.rope_inverse_frequencies(128, 1e4)
+  yarn = P.rope_inverse_frequencies(128, 1e4, P.RopeScaling("yarn", 10.0, 2048))
+  np.testing.assert_allclose(*_at(yarn, HF_YARN_128), rtol=1e-6)
+  assert P.RopeScaling("yarn", 10.0, 2048).attention_factor == pytest.approx(1.2302585092994045)
+  turns = P.yarn_turns_frequencies(theta, 10.0, 2048)
+  assert np.max(np.abs(turns - yarn) / yarn) == pytest.approx(0.609, abs=1e-3)
+  np.testing.assert_allclose(
+      P.rope_inverse_frequencies(16, 1e4, P.RopeScaling("yarn", 3.0, 48)), HF_YARN_16, rtol=1e-6)
+  llama = P.rope_inverse_frequencies(128, 5e5, P.RopeScaling("llama3", 8.0, 8192))
+  np.testing.assert_allclose(*_at(llama, HF_LLAMA3_128), rtol=1e-6)
+  assert P.RopeScaling("llama3", 8.0, 8192).attention_factor == 1.0
+  base = P.dynamic_ntk_base(1e4, 2.0, 64, seq_len=4096, original_len=2048)
+  np.testing.assert_allclose(*_at(P.rope_inverse_frequencies(64, base), HF_DYNAMIC_64), rtol=1e-6)
+  # up to the training length dynamic NTK is plain RoPE; at factor 1 it is NTK at L / L0
+  assert P.dynamic_ntk_base(1e4, 2.0, 64, seq_len=1000, original_len=2048) == 1e4
+  assert P.dynamic_ntk_base(1e4, 1.0, 64, 6144, 2048) == pytest.approx(P.ntk_base(1e4, 3.0, 64))
+  with pytest.raises(ValueError, match="rope scaling must be one of pi, ntk, yarn, yarn_turns"):
+    P.RopeScaling("dynamic", 2.0, 48)
 
 
 def _worst(bases, L, d):

@@ -96,7 +96,9 @@ def lengths_section(results: list[dict], figdir: str, outdir: str) -> list[str]:
                     key=lambda r: (r["pe"], r["rope_scaling"]))
     if scaled:
       lines += ["Eval-time context extension of the trained rotary models (no retraining): "
-                "position interpolation (pi), NTK-aware base (ntk), YaRN.", "",
+                "position interpolation (pi), NTK-aware base (ntk), YaRN as its paper's "
+                "equation is written (yarn_turns: the ramp linear in turns, not the reference "
+                "implementations' yarn).", "",
                 f"| PE | scaling | n | {head} |", "|---|---|---|" + "---|" * len(factors)]
       for base_run in (r for r in rows if any(s["run"] == r["run"] for s in scaled)):
         lines.append(f"| {base_run['pe']} | none | {len(base_run['seeds'])} | "

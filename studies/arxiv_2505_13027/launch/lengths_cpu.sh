@@ -19,7 +19,7 @@ for pe in "${PES[@]}"; do
     --workdir="$wd"
   python -m experiments.lengths --workdir="$wd"
   if [[ "$pe" == rope || "$pe" == rope_sinusoidal ]]; then
-    for s in pi ntk yarn; do python -m experiments.lengths --workdir="$wd" --rope_scaling="$s"; done
+    for s in pi ntk yarn_turns; do python -m experiments.lengths --workdir="$wd" --rope_scaling="$s"; done
   fi
   out="studies/arxiv_2505_13027/results/lengths/${pe}-cpu"
   mkdir -p "$out"
