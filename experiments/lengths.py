@@ -86,13 +86,16 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
   if rope_scaling != "none" and "rotary" not in rc.model.encoding.kinds:
     raise ValueError(f"--rope_scaling applies to rotary PEs, not {rc.model.pe!r}")
   train_len = rc.task.seq_len
+  # a string task trains on lengths min_len..seq_len: its 1x row is new strings
+  # of exactly seq_len tokens, like every longer row
+  one_length = rc.task.name not in tasks.STRING_TASKS or rc.task.min_len == rc.task.seq_len
   seeds = config["seeds"]
   rows = []
   rng = np.random.default_rng(0)
   for f in factors:
     n = int(round(f * train_len))
     t0 = time.time()
-    if n == train_len:
+    if n == train_len and one_length:  # the run's own test split
       ids, labels = np.asarray(data.test_ids), np.asarray(data.test_labels)
       ids, labels = ids[:examples], labels[:examples]
     else:

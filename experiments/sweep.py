@@ -32,13 +32,16 @@ from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
 from pe_spectral import config as configs  # noqa: E402
-from pe_spectral import encodings  # noqa: E402
+from pe_spectral import encodings, tasks  # noqa: E402
 from pe_spectral.timefmt import minutes_seconds  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
                     + ", ".join(encodings.names()))
-flags.DEFINE_enum("task", "distance", ["distance", "count"], "Synthetic task.")
+flags.DEFINE_enum("task", "distance", list(tasks.TASKS),
+                  "Synthetic task: the paper's distance and count, or Ruoss et al.'s "
+                  "parity_check, even_pairs, cycle_navigation, modular_arithmetic "
+                  "(trained on lengths 1..seq_len).")
 flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
 flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")

@@ -26,7 +26,7 @@ from typing import Optional
 
 from pe_spectral import encodings
 from pe_spectral.model import ModelConfig, attention_of, script_quirks
-from pe_spectral.tasks import TaskConfig
+from pe_spectral.tasks import STRING_TASKS, TaskConfig
 from pe_spectral.train import TrainConfig
 
 # The library's presets; a study adds its own with register_preset (e.g.
@@ -62,6 +62,16 @@ TASK_PRESETS = {
     ("paper", "count"): dict(vocab_size=574, num_examples=50_000, seq_len=120,
                              max_len=128, num_triggers=30, count_max=100),
 }
+
+# The string tasks of Ruoss et al. (2023) (tasks.STRING_TASKS): trained on
+# lengths 1..seq_len, tested longer by experiments.lengths. They have no paper
+# preset (the paper's model is not their reference); `cpu` trains on lengths up
+# to 40 as Ruoss et al. do.
+for _name, (_vocab, _) in STRING_TASKS.items():
+  TASK_PRESETS[("smoke", _name)] = dict(vocab_size=_vocab, num_examples=512, seq_len=12,
+                                        max_len=24, min_len=1)
+  TASK_PRESETS[("cpu", _name)] = dict(vocab_size=_vocab, num_examples=20_000, seq_len=40,
+                                      max_len=48, min_len=1)
 
 TRAIN_PRESETS = {
     "smoke": dict(learning_rate=1e-3, b1=0.9, b2=0.98, batch_size=32, epochs=2,
@@ -138,6 +148,9 @@ def task_config(preset: str, task: str, data_seed: int = 0) -> TaskConfig:
   """The task generator config of ``preset`` (the same for every PE)."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
+  if (preset, task) not in TASK_PRESETS:
+    have = sorted(t for (p, t) in TASK_PRESETS if p == preset)
+    raise ValueError(f"preset {preset!r} has no task {task!r}; it has: {', '.join(have)}")
   return TaskConfig(name=task, data_seed=data_seed, **TASK_PRESETS[(preset, task)])
 
 
@@ -290,6 +303,9 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   task_cfg = task_config(preset, task, data_seed)
   if overrides.get("task"):
     task_cfg = task_cfg.replace(**overrides["task"])
+  if faithful and task_cfg.name in STRING_TASKS:
+    raise ValueError(f"faithful mode reproduces the paper's scripts, which have the distance "
+                     f"and count tasks only, not {task_cfg.name!r}")
   train_kw = train_settings(preset, pe, faithful)
   train_kw.update(overrides.get("train", {}))
   for name, val in (("epochs", epochs), ("steps", steps),

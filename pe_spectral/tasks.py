@@ -11,6 +11,20 @@
 The vocabulary is integer ids ``1..vocab_size-1`` (a word-level stand-in for
 the paper's 574-entry tokenizer; docs/protocol.md), 0 is padding. Triggers are
 fixed by ``data_seed``; the dataset and its 70/30 split too.
+
+Four length-generalisation tasks of Delétang et al. (2023) as used by Ruoss et
+al. (2023, randomized positional encodings), each example of a length drawn
+uniformly from ``min_len..seq_len`` (``lengthened`` fixes one test length),
+written from their definitions:
+
+* ``parity_check``: a string over {a, b} (ids 1, 2); label = (number of b's) mod 2.
+* ``even_pairs``: a string over {a, b}; label = (number of "ab" and "ba"
+  pairs) mod 2, i.e. 0 when the first symbol equals the last.
+* ``cycle_navigation``: moves −1, 0, +1 (ids 1, 2, 3) on a cycle of 5 from 0;
+  label = the final position.
+* ``modular_arithmetic``: residues 0..4 (ids 1..5) alternating with
+  operators +, −, × (ids 6, 7, 8), odd length (an even length drops its last
+  token), no brackets, × before + and −; label = the value mod 5.
 """
 from __future__ import annotations
 
@@ -21,9 +35,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["TaskConfig", "Dataset", "generate", "lengthened", "shift_right", "TASKS"]
+__all__ = ["TaskConfig", "Dataset", "generate", "lengthened", "shift_right", "TASKS",
+           "STRING_TASKS", "MODULUS"]
 
-TASKS = ("distance", "count")
+# Delétang et al. (2023) / Ruoss et al. (2023): {task: (vocabulary size with
+# padding, number of labels)}; every example's length is drawn from min_len..seq_len
+STRING_TASKS = {"parity_check": (3, 2), "even_pairs": (3, 2), "cycle_navigation": (4, 5),
+                "modular_arithmetic": (9, 5)}
+MODULUS = 5  # cycle_navigation's cycle, modular_arithmetic's modulus (as the references)
+TASKS = ("distance", "count", *STRING_TASKS)
 _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 
 
@@ -31,7 +51,9 @@ _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 # adds its own here.
 DISTANCE_FIELDS = ("side_min", "side_max", "mid_min", "mid_max")
 COUNT_FIELDS = ("num_triggers", "count_max")
-TASK_FIELDS = {"distance": DISTANCE_FIELDS, "count": COUNT_FIELDS}
+STRING_FIELDS = ("min_len",)
+TASK_FIELDS = {"distance": DISTANCE_FIELDS, "count": COUNT_FIELDS,
+               **{name: STRING_FIELDS for name in STRING_TASKS}}
 
 
 def recorded_fields(d: dict) -> dict:
@@ -56,6 +78,7 @@ class TaskConfig:
   mid_max: int = 70
   num_triggers: int = 30  # count: trigger ids
   count_max: int = 100    # count: k ~ U{0..count_max}
+  min_len: int = 1        # string tasks: lengths ~ U{min_len..seq_len}
   train_frac: float = 0.7
   data_seed: int = 0
 
@@ -69,7 +92,15 @@ class TaskConfig:
     if self.seq_len > self.max_len:
       raise ValueError(f"seq_len ({self.seq_len}) exceeds max_len ({self.max_len})")
     fillers = self.vocab_size - 1
-    if self.name == "distance":
+    if self.name in STRING_TASKS:
+      vocab = STRING_TASKS[self.name][0]
+      if self.vocab_size != vocab:
+        raise ValueError(f"task {self.name!r} has vocab_size {vocab} (its symbols and the "
+                         f"padding), got {self.vocab_size}")
+      if not 1 <= self.min_len <= self.seq_len:
+        raise ValueError(f"need 1 <= min_len <= seq_len, got min_len {self.min_len} and "
+                         f"seq_len {self.seq_len}")
+    elif self.name == "distance":
       if not 0 <= self.side_min <= self.side_max:
         raise ValueError("need 0 <= side_min <= side_max")
       if not 0 <= self.mid_min <= self.mid_max:
@@ -95,6 +126,8 @@ class TaskConfig:
 
   @property
   def label_max(self) -> int:
+    if self.name in STRING_TASKS:
+      return STRING_TASKS[self.name][1] - 1
     return self.mid_max + 1 if self.name == "distance" else self.count_max
 
   @property
@@ -168,6 +201,53 @@ def _count_example(key, cfg: TaskConfig, triggers, non_triggers):
   return tok, k.astype(jnp.int32)
 
 
+def _string_example(key, cfg: TaskConfig):
+  """One example of a string task: ``[max_len]`` ids (padded with 0) and its label."""
+  k_len, k_sym = jax.random.split(key)
+  n = jax.random.randint(k_len, (), cfg.min_len, cfg.seq_len + 1)
+  p = jnp.arange(cfg.max_len)
+  if cfg.name == "modular_arithmetic":
+    n = n - (1 - n % 2)  # odd: residue (op residue)*
+    k_res, k_op = jax.random.split(k_sym)
+    residue = jax.random.randint(k_res, (cfg.max_len,), 0, MODULUS)
+    op = jax.random.randint(k_op, (cfg.max_len,), 0, 3)  # +, -, *
+    sym = jnp.where(p % 2 == 0, residue + 1, op + MODULUS + 1)
+    label = _evaluate(residue, op, n)
+  else:
+    symbols = STRING_TASKS[cfg.name][0] - 1
+    sym = jax.random.randint(k_sym, (cfg.max_len,), 1, symbols + 1)
+    valid = p < n
+    if cfg.name == "parity_check":
+      label = jnp.sum((sym == 2) & valid) % 2
+    elif cfg.name == "even_pairs":
+      label = jnp.sum((sym[:-1] != sym[1:]) & (p[1:] < n)) % 2
+    else:  # cycle_navigation: ids 1, 2, 3 move -1, 0, +1
+      label = jnp.sum(jnp.where(valid, sym - 2, 0)) % MODULUS
+  tok = jnp.where(p < n, sym, 0)
+  return tok.astype(jnp.int32), label.astype(jnp.int32)
+
+
+def _evaluate(residue, op, n):
+  """``r_0 o_1 r_1 ... o_m r_m`` mod 5 for ``n = 2m + 1`` tokens (residues at
+  even positions, operators 0/1/2 = +/-/* at odd ones; the rest ignored), × first:
+  a running sum of finished terms and the term being multiplied."""
+  r = residue[0::2]
+  o = op[1::2]
+  steps = min(r.shape[0] - 1, o.shape[0])
+
+  def step(carry, j):
+    total, term = carry
+    live = 2 * j + 3 <= n  # operator j and residue j + 1 are in the string
+    nxt = r[j + 1]
+    mul = (term * nxt) % MODULUS
+    new_total = jnp.where(o[j] == 2, total, (total + term) % MODULUS)
+    new_term = jnp.where(o[j] == 2, mul, jnp.where(o[j] == 0, nxt, (-nxt) % MODULUS))
+    return (jnp.where(live, new_total, total), jnp.where(live, new_term, term)), None
+
+  (total, term), _ = jax.lax.scan(step, (jnp.int32(0), r[0]), jnp.arange(steps))
+  return (total + term) % MODULUS
+
+
 def _triggers(key, cfg: TaskConfig):
   n = 2 if cfg.name == "distance" else cfg.num_triggers
   perm = jax.random.permutation(key, cfg.vocab_size - 1) + 1
@@ -183,9 +263,14 @@ def generate(cfg: TaskConfig, *, num_examples: Optional[int] = None) -> Dataset:
   n = cfg.num_examples if num_examples is None else num_examples
   root = jax.random.key(cfg.data_seed)
   trig_key, ex_key, split_key = (jax.random.fold_in(root, i) for i in range(3))
-  triggers, non_triggers = _triggers(trig_key, cfg)
+  if cfg.name in STRING_TASKS:
+    triggers, non_triggers = jnp.zeros((0,), jnp.int32), None
+  else:
+    triggers, non_triggers = _triggers(trig_key, cfg)
 
-  if cfg.name == "distance":
+  if cfg.name in STRING_TASKS:
+    one = lambda k: _string_example(k, cfg)
+  elif cfg.name == "distance":
     one = lambda k: _distance_example(k, cfg, triggers)
   else:
     one = lambda k: _count_example(k, cfg, triggers, non_triggers)
@@ -214,6 +299,8 @@ def lengthened(cfg: TaskConfig, seq_len: int) -> TaskConfig:
     ``vocab_size - 1``: a segment's tokens are distinct), so the triggers sit
     further from the start and the sentence is longer.
   * ``count``: the same counts ``k <= count_max`` among ``seq_len`` tokens.
+  * the string tasks: every example exactly ``seq_len`` long (``min_len =
+    seq_len``; ``modular_arithmetic`` drops the last token of an even length).
 
   ``data_seed`` and the triggers are unchanged; the examples are new draws.
   """
@@ -224,6 +311,8 @@ def lengthened(cfg: TaskConfig, seq_len: int) -> TaskConfig:
   kw = dict(seq_len=seq_len, max_len=max(cfg.max_len, seq_len))
   if cfg.name == "distance":
     kw["side_max"] = min(cfg.side_max + extra, cfg.vocab_size - 1)
+  if cfg.name in STRING_TASKS:
+    kw["min_len"] = seq_len
   return cfg.replace(**kw)
 
 

@@ -130,3 +130,100 @@ def test_lengthened_tasks_keep_the_labels_and_parse(factor):
   trig = set(int(t) for t in dc.triggers)
   for row, y in zip(np.asarray(dc.test_ids), np.asarray(dc.test_labels)):
     assert sum(int(t) in trig for t in row) == int(y) <= 40
+
+
+# ---- the string tasks of Delétang et al. / Ruoss et al. ---------------------
+# Oracles written from the tasks' definitions on the decoded strings, in plain
+# Python (the expression through Python's own parser and operator precedence).
+
+def _decode(row):
+  return [int(t) for t in row if t != 0]
+
+
+def _oracle(name, toks):
+  if name == "parity_check":  # ids 1, 2 = a, b
+    return "".join("ab"[t - 1] for t in toks).count("b") % 2
+  if name == "even_pairs":
+    s = "".join("ab"[t - 1] for t in toks)
+    return sum(s[i:i + 2] in ("ab", "ba") for i in range(len(s) - 1)) % 2
+  if name == "cycle_navigation":  # ids 1, 2, 3 = -1, 0, +1
+    position = 0
+    for t in toks:
+      position = (position + {1: -1, 2: 0, 3: 1}[t]) % 5
+    return position
+  # modular_arithmetic: ids 1..5 = residues 0..4, 6, 7, 8 = +, -, *
+  text = "".join(str(t - 1) if t <= 5 else "+-*"[t - 6] for t in toks)
+  return eval(text) % 5  # noqa: S307 -- digits and + - * only, built above
+
+
+STRING = ["parity_check", "even_pairs", "cycle_navigation", "modular_arithmetic"]
+
+
+@pytest.mark.parametrize("name", STRING)
+def test_string_task_labels_match_python_oracle(name):
+  """5,000 generated examples per task: every label equals the oracle's, the
+  lengths cover min_len..seq_len (modular_arithmetic: the odd ones), every
+  label occurs, and the tokens are the task's symbols, then padding."""
+  from pe_spectral.tasks import STRING_TASKS
+  vocab, labels = STRING_TASKS[name]
+  cfg = TaskConfig(name=name, vocab_size=vocab, num_examples=5000, seq_len=15, max_len=20,
+                   min_len=2)
+  d = generate(cfg)
+  ids = np.concatenate([np.asarray(d.train_ids), np.asarray(d.test_ids)])
+  ys = np.concatenate([np.asarray(d.train_labels), np.asarray(d.test_labels)])
+  lengths = set()
+  for row, y in zip(ids, ys):
+    toks = _decode(row)
+    assert all(t != 0 for t in row[:len(toks)]) and not row[len(toks):].any()
+    assert set(toks) <= set(range(1, vocab))
+    assert y == _oracle(name, toks), (toks, y)
+    lengths.add(len(toks))
+  want = set(range(2, 16))
+  if name == "modular_arithmetic":  # odd: an even length drops its last token
+    want = {n - (1 - n % 2) for n in want}
+  assert lengths == want
+  assert set(ys.tolist()) == set(range(labels))
+
+
+@pytest.mark.parametrize("name", STRING)
+def test_lengthened_string_tasks_have_exactly_that_length(name):
+  from pe_spectral.config import task_config
+  cfg = task_config("smoke", name)
+  long = lengthened(cfg, 30)
+  d = generate(long, num_examples=300)
+  got = {len(_decode(r)) for r in np.asarray(d.train_ids)}
+  assert got == ({29} if name == "modular_arithmetic" else {30})
+  assert long.label_max == cfg.label_max and long.vocab_size == cfg.vocab_size
+
+
+def test_string_tasks_refuse_what_they_cannot_be():
+  from pe_spectral.config import build
+  with pytest.raises(ValueError, match="task 'cycle_navigation' has vocab_size 4"):
+    TaskConfig(name="cycle_navigation", vocab_size=64, seq_len=10, max_len=12)
+  with pytest.raises(ValueError, match="need 1 <= min_len <= seq_len"):
+    TaskConfig(name="parity_check", vocab_size=3, seq_len=10, max_len=12, min_len=11)
+  with pytest.raises(ValueError, match="faithful mode .* not 'even_pairs'"):
+    build("smoke", "even_pairs", "rope", faithful=True)
+  with pytest.raises(ValueError, match="preset 'paper' has no task 'parity_check'"):
+    build("paper", "parity_check", "rope")
+  rc = build("cpu", "modular_arithmetic", "rope")
+  assert (rc.task.seq_len, rc.task.min_len, rc.model.num_classes) == (40, 1, 5)
+  assert "min_len" in rc.task.to_dict() and "min_len" not in build(
+      "cpu", "distance", "rope").task.to_dict()  # the paper tasks' records are unchanged
+
+
+def test_a_string_task_runs_through_the_sweep_and_the_length_tool(tmp_path):
+  """even_pairs end to end on the smoke preset: trained on lengths 1..12,
+  evaluated at exactly 12 and 24 tokens."""
+  import json
+  import subprocess
+  import sys
+  wd = str(tmp_path / "run")
+  run = lambda *a: subprocess.run([sys.executable, "-m", *a], capture_output=True, text=True)
+  out = run("experiments.sweep", "--preset=smoke", "--task=even_pairs", "--seeds=1",
+            "--steps=6", "--eval_every=6", f"--workdir={wd}")
+  assert out.returncode == 0, out.stderr[-2000:]
+  out = run("experiments.lengths", f"--workdir={wd}", "--factors=1,2", "--examples=64")
+  assert out.returncode == 0, out.stderr[-2000:]
+  res = json.load(open(f"{wd}/lengths.json"))
+  assert res["task"] == "even_pairs" and [r["seq_len"] for r in res["lengths"]] == [12, 24]
