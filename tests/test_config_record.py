@@ -91,20 +91,26 @@ def test_refused_fields_are_recorded_only_where_they_apply(pe):
     assert (field in d) == applies, (pe, field)
 
 
+# the field of each task whose change must change its data
+_OWN_KNOB = {"distance": "side_max", "count": "count_max"}
+
+
 @pytest.mark.parametrize("task", tasks.TASKS)
 def test_task_records_only_its_own_generator_fields(task):
+  """A task's record has its own generator fields and no other task's; the
+  others' fields do not change its data, its own do."""
   cfg = configs.task_config("smoke", task)
   d = cfg.to_dict()
   assert set(tasks.TASK_FIELDS) == set(tasks.TASKS)  # every task declares its own fields
-  other = tasks.COUNT_FIELDS if task == "distance" else tasks.DISTANCE_FIELDS
-  assert not set(other) & set(d)
-  assert set(tasks.COUNT_FIELDS + tasks.DISTANCE_FIELDS) - set(other) <= set(d)
+  own = set(tasks.TASK_FIELDS[task])
+  other = {f for fields in tasks.TASK_FIELDS.values() for f in fields} - own
+  assert not other & set(d) and own <= set(d)
   base = tasks.generate(cfg)
   again = tasks.generate(tasks.TaskConfig(**d))
   changed = tasks.generate(cfg.replace(**{f: getattr(cfg, f) + 1 for f in other}))
-  mine = tasks.generate(cfg.replace(**{
-      ("side_max" if task == "distance" else "count_max"):
-          getattr(cfg, "side_max" if task == "distance" else "count_max") - 1}))
+  knob = _OWN_KNOB.get(task, "min_len")  # the string tasks: their length range
+  step = -1 if task in _OWN_KNOB else 1
+  mine = tasks.generate(cfg.replace(**{knob: getattr(cfg, knob) + step}))
   for d2 in (again, changed):
     np.testing.assert_array_equal(d2.train_ids, base.train_ids)
     np.testing.assert_array_equal(d2.train_labels, base.train_labels)
@@ -303,7 +309,8 @@ def test_a_study_registers_its_presets_and_the_library_has_none_of_them():
     assert (rc.preset, rc.model.d_model, rc.train.epochs) == (name, 8, 1)
     with pytest.raises(ValueError, match="already registered"):
       configs.register_preset(name, model=dict(model, d_model=16), tasks=tasks, train=train)
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match=f"preset '{name}' has no task 'count'; it has: "
+                                         f"distance"):
       configs.build(name, "count", "rope")  # a task the preset does not have
   finally:
     configs.PRESET_NAMES.remove(name)
