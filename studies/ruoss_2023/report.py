@@ -81,7 +81,8 @@ def report(root: str) -> str:
   for task in TASKS:
     runs = {lab: _load(root, task, lab) for lab in LABELS}
     lines += [f"## {task}", "",
-              "| PE | train acc | test 40 | 80 | 160 | 320 | long |", "|---|---|---|---|---|---|---|"]
+              "| PE | train acc | test 40 | 80 | 160 | 320 | long |",
+              "|---|---|---|---|---|---|---|"]
     for lab, run in runs.items():
       if run is None:
         lines.append(f"| {lab} | not run yet | | | | | |")
@@ -98,7 +99,8 @@ def report(root: str) -> str:
                                                                      ("randomized", rnd))}
       if min(at40.values()) < GATE:
         verdicts[task] = (f"not testable at this scale (test accuracy at 40: rope "
-                          f"{100 * at40['rope']:.1f} %, randomized {100 * at40['randomized']:.1f} %; "
+                          f"{100 * at40['rope']:.1f} %, randomized "
+                          f"{100 * at40['randomized']:.1f} %; "
                           f"the gate is {100 * GATE:.0f} %)")
       else:
         p = stats.paired(long_accuracy(rnd), long_accuracy(rope),
