@@ -100,8 +100,10 @@ def analyse(wd: str) -> int:
       "bias_spread_median": np.median(bias_spread, axis=1).tolist(),
       "without_bias_spread_median": np.median(nobias_spread, axis=1).tolist(),
       "term_norm_mean": {k: v.tolist() for k, v in terms.items()},  # [L, H]
-      "additive_residual_max": float(max(np.max(devices.fetch(s["additive_residual"]))
-                                         for s in summ)),
+      # None where the θ = 0 logits are not q·k + B (PoPE): no identity to check
+      "additive_residual_max": (None if not rc.model.encoding.bilinear_logits else
+                                float(max(np.max(devices.fetch(s["additive_residual"]))
+                                          for s in summ))),
       "hadamard_residual_max": (float(max(np.max(devices.fetch(s["hadamard_residual"]))
                                           for s in summ))
                                 if "hadamard_residual" in summ[0] else None),

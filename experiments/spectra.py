@@ -48,6 +48,8 @@ from pe_spectral.model import ModelConfig  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "all", "Comma list of registered PEs, or 'all': "
                     + ", ".join(encodings.names()))
+flags.DEFINE_string("pe_module", None, "A module of your own that registers PEs (a dotted "
+                    "name or a .py file), loaded before --pe is read (docs/encodings.md).")
 flags.DEFINE_string("n", "64,256,1024,4096", "Sequence lengths.")
 flags.DEFINE_string("preset", "paper", "Model sizes the PEs are built for: "
                     + ", ".join(PRESETS))
@@ -95,6 +97,12 @@ def coupling_statement(enc) -> str:
   if enc.coupling == "additive":
     return ("additive: Weyl widening possible (λ(G + B) within [λ(G) + λ_min(B), "
             "λ(G) + λ_max(B)]; it can widen the spread, and need not)")
+  if enc.coupling == "content_multiplicative":
+    return ("content-dependent multiplicative: no Toeplitz matrix to bound; "
+            + (enc.spectral_note or "its position factor depends on the tokens"))
+  if enc.coupling == "content_additive":
+    return ("content-dependent additive: Weyl still applies to its bias, which is not "
+            "Toeplitz; " + (enc.spectral_note or "the bias depends on the tokens"))
   return "neither pure form (no position term, an absolute table, or content-dependent)"
 
 
@@ -203,6 +211,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
+  if FLAGS.pe_module:
+    try:
+      encodings.load_module(FLAGS.pe_module)
+    except ValueError as e:
+      print(f"error: --pe_module: {e}", file=sys.stderr)
+      return 2
   known = encodings.names()
   pes = ([p.strip() for p in FLAGS.pe.split(",") if p.strip()] if FLAGS.pe != "all"
          else list(known))

@@ -55,6 +55,11 @@ flags.DEFINE_list("presets_from", [],
                   "Modules to import first that register presets "
                   "(config.register_preset), e.g. studies.arxiv_2505_13027.presets "
                   "for the study's study, deposit and long.")
+flags.DEFINE_string("pe_module", None,
+                    "A module of your own that registers PEs (encodings.register): a dotted "
+                    "name importable from here, or a .py file. Loaded before --pe is checked "
+                    "and recorded in the run's config, so ablate, decompose and lengths load "
+                    "it again (docs/encodings.md).")
 flags.DEFINE_bool("faithful", False,
                   "The paper's architecture, loss and optimiser quirks "
                   "(docs/protocol.md).")
@@ -143,6 +148,15 @@ def plan_runs():
                      f"{', '.join(configs.PRESET_NAMES)}"
                      + ("" if FLAGS.presets_from else
                         " (a study's presets need --presets_from)"))
+  own_pes = ()
+  if FLAGS.pe_module:
+    module = FLAGS.pe_module
+    if module.endswith(".py") or os.sep in module:
+      module = os.path.abspath(module)  # recorded: analyses may run from elsewhere
+    try:
+      own_pes = encodings.load_module(module)
+    except ValueError as e:
+      raise UsageError(f"--pe_module: {e}") from None
   pes = [p.strip() for p in FLAGS.pe.split(",") if p.strip()]
   if not pes:
     raise UsageError("--pe is empty")
@@ -199,7 +213,8 @@ def plan_runs():
         spec = configs.RunSpec.of(FLAGS.task, pe, preset=FLAGS.preset,
                                   faithful=FLAGS.faithful, settings=settings)
         rc = spec.build(attention_block=FLAGS.attention_block, remat=FLAGS.remat,
-                        dtype=FLAGS.dtype, attention_impl=FLAGS.attention_impl)
+                        dtype=FLAGS.dtype, attention_impl=FLAGS.attention_impl,
+                        pe_module=module if pe in own_pes else None)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
       runs.append((rc, FLAGS.workdir or os.path.join("runs", spec.run_id())))

@@ -39,7 +39,7 @@ import numpy as np
 
 from pe_spectral import devices, speed
 from pe_spectral import model as model_lib
-from pe_spectral.model import check_freq_mask
+from pe_spectral.model import check_freq_mask, frequency_count, mask_frequencies
 from pe_spectral.timefmt import minutes_seconds as fmt
 from pe_spectral.train import first_fit, needed_bytes
 
@@ -137,7 +137,7 @@ def _masks(steps, kind: str, mode: str, leak: bool):
   cfg = steps.model_cfg
   if kind == "head":
     return head_masks(cfg.num_layers, cfg.num_heads, mode=mode, leak=leak)
-  return frequency_masks(cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
+  return frequency_masks(cfg.num_layers, cfg.num_heads, frequency_count(cfg))
 
 
 @speed.cache_per_path(maxsize=64)
@@ -355,9 +355,9 @@ def ablate_frequencies(steps, params, ids, labels, *, mask_chunk: Optional[int] 
   """
   method = _method(method, False)
   cfg = steps.model_cfg
-  L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
+  L, H, P = cfg.num_layers, cfg.num_heads, max(frequency_count(cfg), 1)
   check_freq_mask(cfg, jnp.ones((L, H, P)))
   fn = _all_seeds_program(steps, "freq", "single", False, mask_chunk, method)
   base, abl = _run_timed(fn, params, jnp.asarray(ids), jnp.asarray(labels))
   return {"baseline": base, "ablated": abl.reshape(-1, L, H, P),
-          "frequencies": np.asarray(cfg.rotary_frequencies(), np.float64)}
+          "frequencies": np.asarray(mask_frequencies(cfg), np.float64)}

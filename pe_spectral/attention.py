@@ -574,20 +574,26 @@ class MultiHeadAttention(nnx.Module):
     return q, k
 
   def head_outputs(self, x_q, x_kv, *, positions, bias=None, mask=None,
-                   dropout_key=None, bias_fn=None, factor=None, freq_mask=None):
+                   dropout_key=None, bias_fn=None, factor=None, freq_mask=None,
+                   qk_fn=None, scale=None):
     """Per-head attention outputs ``[batch, seq, heads, head_dim]`` (before ``out_proj``).
 
     ``bias_fn(q, k)`` adds a logit term computed from the queries and keys
     (a contextual PE such as CoPE) to ``bias``; ``factor`` multiplies the
-    content logits (:func:`attention`)."""
+    content logits (:func:`attention`); ``qk_fn(q, k) -> (q', k')`` is a
+    PE's own transform of the projected queries and keys (PoPE,
+    ``rope_learned``), ``scale`` its logit scale (default ``1/sqrt`` of
+    the width of ``q'``)."""
     q, k = self.project_qk(x_q, x_kv, positions, freq_mask)
+    if qk_fn is not None:
+      q, k = qk_fn(q, k)
     if bias_fn is not None:
       extra = bias_fn(q, k)
       bias = extra if bias is None else bias + extra
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
                      dropout_key=dropout_key, factor=factor, query_block=self.query_block,
-                     implementation=self.implementation)
+                     implementation=self.implementation, scale=scale)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""

@@ -164,7 +164,8 @@ BUILD_ARGUMENTS = {
     ("model", "random_positions"): "random_positions",
     ("model", "attention_block"): "attention_block", ("model", "remat"): "remat",
     ("model", "attention_impl"): "attention_impl",
-    ("model", "dtype"): "dtype", ("task", "name"): "task", ("task", "data_seed"): "data_seed",
+    ("model", "dtype"): "dtype", ("model", "pe_module"): "pe_module",
+    ("task", "name"): "task", ("task", "data_seed"): "data_seed",
     ("train", "epochs"): "epochs", ("train", "steps"): "steps",
     ("train", "batch_size"): "batch_size", ("train", "learning_rate"): "learning_rate",
 }
@@ -283,6 +284,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           remat: Optional[bool] = None,
           dtype: Optional[str] = None,
           attention_impl: Optional[str] = None,
+          pe_module: Optional[str] = None,
           overrides: Optional[dict] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
@@ -292,7 +294,11 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   ``"float32"`` (the default, recorded as None) or ``"bfloat16"`` (mixed
   precision; :class:`~pe_spectral.model.ModelConfig`); ``overrides``:
   ``{section: {field: value}}`` (typed, :func:`parse_override`) applied to the
-  preset's values before validation, e.g. ``{"model": {"d_model": 96}}``."""
+  preset's values before validation, e.g. ``{"model": {"d_model": 96}}``;
+  ``pe_module``: the researcher's module that registers ``pe``
+  (:func:`encodings.load_module`), loaded first and recorded."""
+  if pe_module is not None:
+    encodings.load_module(pe_module)
   overrides = overrides or {}
   for section, fields in overrides.items():
     for name in fields:
@@ -324,7 +330,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   for name, val in (("random_positions", random_positions),
                     ("attention_block", attention_block), ("remat", remat or None),
-                    ("attention_impl", attention_impl),
+                    ("attention_impl", attention_impl), ("pe_module", pe_module),
                     ("dtype", None if dtype == "float32" else dtype)):
     if val is not None:
       model_kw[name] = val
@@ -370,7 +376,8 @@ def _settable_fields() -> set:
   overridable ones and those a :func:`build` argument sets, bar the PE, the
   task, the mode and the memory options (the spec's own fields, or not
   identity)."""
-  own = {("model", "pe"), ("model", "faithful"), ("task", "name")}
+  # (a researcher's PE module is where the PE comes from: its name says it)
+  own = {("model", "pe"), ("model", "faithful"), ("model", "pe_module"), ("task", "name")}
   how = {k for k, a in BUILD_ARGUMENTS.items() if a in HOW_TO_COMPUTE}
   return (set(overridable_fields()) | set(BUILD_ARGUMENTS)) - own - how
 
@@ -454,9 +461,10 @@ class RunSpec:
 
   def build(self, **how) -> RunConfig:
     """The run's validated configs (:func:`build`); ``how``: the memory and
-    precision options of :data:`HOW_TO_COMPUTE`."""
-    if set(how) - set(HOW_TO_COMPUTE):
-      raise TypeError(f"RunSpec.build takes only {', '.join(HOW_TO_COMPUTE)}")
+    precision options of :data:`HOW_TO_COMPUTE`, and ``pe_module`` (the
+    module that registers a researcher's PE)."""
+    if set(how) - set(HOW_TO_COMPUTE) - {"pe_module"}:
+      raise TypeError(f"RunSpec.build takes only {', '.join(HOW_TO_COMPUTE)}, pe_module")
     kwargs, overrides = dict(how), {}
     for section, field, value in self.settings:
       argument = BUILD_ARGUMENTS.get((section, field))

@@ -73,14 +73,25 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   gram = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b) * scale
   bias = block.bias(n)
   bias = jnp.zeros((h, n, n)) if bias is None else bias
-  q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
-  if "contextual" in cfg.encoding.kinds:
+  kinds = cfg.encoding.kinds
+  if "contextual" in kinds:
     # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
     bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
+  if "gated" in kinds:
+    # alibi_data: a bias from the layer's input, part of B as ALiBi's is
+    bias = bias + block.gate_bias(hq, model.attention_mask(ids))
+  q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
+  content_theta0 = gram(q, k)
+  if "dynamic" in kinds:
+    # the PE's own transform (PoPE, rope_learned) at the positions, and with
+    # every position 0 as the θ = 0 counterpart (PoPE keeps its softplus
+    # magnitudes and key phase there: only position is removed)
+    q_rot, k_rot = block.qk_fn(positions)(q, k)
+    content_theta0 = gram(*block.qk_fn(jnp.zeros_like(positions))(q, k))
   # a multiplicative decay (alibi_multiplicative): the θ = 0 / ρ = 1
   # counterpart drops it, as it drops a rotation
   factor = block.logit_factor(n)
-  logits_theta0 = gram(q, k) + bias
+  logits_theta0 = content_theta0 + bias
   out = {"G_cc": gram(q_c, k_c), "G_cp": gram(q_c, k_p), "G_pc": gram(q_p, k_c),
          "G_pp": gram(q_p, k_p), "B": jnp.broadcast_to(bias, logits_theta0.shape),
          "logits_theta0": logits_theta0}
@@ -139,7 +150,11 @@ def _layer_summary(graphdef, params, ids, layer: int, spectra=_spectra):
       "measures": meas,
       "contraction_ratio": spread[0] / jnp.maximum(spread[1], 1e-30),
       "norm_ratio": sv_max[0] / jnp.maximum(sv_max[1], 1e-30),
-      "additive_residual": jnp.abs(additive_sum - t["logits_theta0"]).max() / scale,
+      # the four Grams + B sum to the θ = 0 logits when those are q·k + B
+      # (not PoPE's: softplus magnitudes are not linear in content + position)
+      "additive_residual": (jnp.abs(additive_sum - t["logits_theta0"]).max() / scale
+                            if nnx.merge(graphdef, params).cfg.encoding.bilinear_logits
+                            else jnp.float32(jnp.nan)),
       # Weyl: spread(S(L)) >= spread(S(B)) - spread(S(L - B)) for additive biases.
       "bias_spread": spread[2],
       "without_bias_spread": spread[3],

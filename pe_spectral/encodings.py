@@ -13,6 +13,11 @@ this module switches on a PE's name:
   (CoPE's contextual positions); it has no Toeplitz form;
 * ``logit_factor`` -- a per-layer multiplicative factor ``[heads, n, n]`` on
   the content logits (``alibi_multiplicative``'s decay ``ρ^{|i-j|}``);
+* ``layer_qk`` / ``logit_scale`` -- a q/k transform with the layer's PE
+  parameters, which may depend on the content (PoPE's softplus magnitudes,
+  ``rope_learned``'s trained frequencies);
+* ``gate_bias`` -- an additive logit bias computed from the layer's input
+  (``alibi_data``'s forget gates);
 * ``toeplitz_coeffs`` -- the Hermitian Toeplitz coefficients of the PE's
   position matrix (the bias's symmetric part, the input table's Gram, or one
   rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
@@ -34,7 +39,12 @@ Adding a PE is one subclass plus :func:`register`:
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import math
+import os
+import re
+import sys
 from typing import Callable, Optional
 
 import jax
@@ -44,14 +54,19 @@ import numpy as np
 from pe_spectral import positional as P
 from pe_spectral import spectral
 
-__all__ = ["PositionalEncoding", "register", "unregister", "get", "names",
+__all__ = ["PositionalEncoding", "register", "unregister", "get", "names", "load_module",
            "REGISTRY", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions",
-           "AlibiOptions", "FireOptions", "CoPEOptions", "MLAOptions", "SHORTCUT_OPTIONS",
+           "AlibiOptions", "FireOptions", "CoPEOptions", "MLAOptions", "PoPEOptions",
+           "AlibiDataOptions", "COUPLINGS", "SHORTCUT_OPTIONS",
            "short_option", "rope_heads_option"]
 
 REGISTRY: dict[str, "PositionalEncoding"] = {}
 # The ways a PE can enter attention (``PositionalEncoding.kinds``).
-KINDS = ("input", "bias", "rotary", "contextual", "factor")
+KINDS = ("input", "bias", "rotary", "contextual", "factor", "dynamic", "gated")
+# How a PE couples position with content (``PositionalEncoding.coupling``):
+# static additive / multiplicative, the same with a position term that
+# depends on the tokens, or "" (none, absolute, or neither form).
+COUPLINGS = ("", "additive", "multiplicative", "content_additive", "content_multiplicative")
 
 
 # --- a PE's own options ------------------------------------------------------
@@ -173,6 +188,28 @@ class MLAOptions:
     _bool_field(self, "paper_rotary")
 
 
+@dataclasses.dataclass(frozen=True)
+class PoPEOptions:
+  """``pope``: ``learned_phase``, a trained per-layer, per-head, per-channel key
+  phase bias ``δ`` (initialised at 0, kept in [-2π, 0]); False fixes ``δ = 0``."""
+  learned_phase: bool = True
+
+  def __post_init__(self):
+    if not isinstance(self.learned_phase, bool):
+      raise ValueError(f"PoPEOptions.learned_phase must be True or False, got "
+                       f"{self.learned_phase!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiDataOptions:
+  """``alibi_data``: ``gate_bias_init``, the forget gates' initial bias (5, as
+  x-transformers: ``log σ(5) ≈ -0.0067`` per token, almost no decay at first)."""
+  gate_bias_init: float = 5.0
+
+  def __post_init__(self):
+    _float_field(self, "gate_bias_init", math.isfinite, "a finite number")
+
+
 # config.build()'s shortcut arguments for a PE option: argument -> (options type, field).
 SHORTCUT_OPTIONS = {"rope_heads": (PartialRopeOptions, "heads"),
                     "alibi_slopes": (AlibiOptions, "slopes")}
@@ -213,7 +250,9 @@ class PositionalEncoding:
       :data:`KINDS`, e.g. ``("input", "rotary")``): ``input`` (a table added
       to the embeddings), ``bias`` (an additive logit bias), ``rotary`` (a
       q/k transform), ``contextual`` (a content-dependent logit term),
-      ``factor`` (a multiplicative logit factor). The model calls every hook
+      ``factor`` (a multiplicative logit factor), ``dynamic`` (a q/k
+      transform with the layer's parameters: :meth:`layer_qk`), ``gated`` (a
+      bias computed from the layer's input: :meth:`gate_bias`). The model calls every hook
       whatever is declared; analyses (decomposition, length generalisation,
       the report) read ``kinds``.
     takes_positions: ``input_table`` and ``bias`` accept ``positions=`` (an
@@ -229,12 +268,17 @@ class PositionalEncoding:
   options_type: Optional[type] = None
   reads: tuple[str, ...] = ()
   spectral_note: str = ""
-  # How position couples with content in the logits, declared: "multiplicative"
-  # (a Hadamard product with a PSD unit-diagonal Toeplitz matrix: Schur
-  # contraction), "additive" (a Toeplitz bias: Weyl can widen), or "" (none,
-  # absolute, or neither form).
+  # How position couples with content in the logits, declared (COUPLINGS):
+  # "multiplicative" (a Hadamard product with a PSD unit-diagonal Toeplitz
+  # matrix: Schur contraction), "additive" (a Toeplitz bias: Weyl can widen),
+  # "content_multiplicative" / "content_additive" (the same forms, with a
+  # position term that depends on the tokens: no Toeplitz matrix), or ""
+  # (none, absolute, or neither form).
   coupling: str = ""
   kinds: tuple[str, ...] = ()
+  # the θ = 0 logits are q·k (+ bias), so the decomposition's content and
+  # position Grams add up to them (not PoPE's softplus magnitudes)
+  bilinear_logits: bool = True
 
   # --- what it is ---------------------------------------------------------
   @property
@@ -289,6 +333,32 @@ class PositionalEncoding:
     content logits ``q k^T / sqrt(d)`` (applied before any bias), or None."""
     return None
 
+  # --- a layer's own q/k transform, and a bias from its input -------------
+  def layer_qk(self, cfg, params: dict, q, k, positions, freq_mask=None):
+    """``(q', k')`` from one layer's queries/keys ``[batch, seq, heads, d]``
+    with its PE ``params`` (``positions`` broadcast against ``[batch, seq,
+    heads]``; ``freq_mask [heads, frequencies]``: 0 turns that frequency's
+    position off). Declared by kind ``dynamic``; the outputs may be wider."""
+    raise NotImplementedError(f"PE {self.name!r} declares no layer q/k transform")
+
+  def logit_scale(self, cfg) -> Optional[float]:
+    """The logit scale when it is not ``1/sqrt`` of the transformed width."""
+    return None
+
+  def frequency_count(self, cfg) -> int:
+    """Frequencies per head that ``freq_mask`` switches (``layer_qk`` PEs)."""
+    return 0
+
+  def frequencies(self, cfg) -> Optional[np.ndarray]:
+    """A ``layer_qk`` PE's ``[frequency_count]`` frequencies (at
+    initialisation where they are trained), or None."""
+    return None
+
+  def gate_bias(self, cfg, params: dict, x, mask=None):
+    """``[batch, heads, seq, seq]`` additive bias from one layer's (normed)
+    input ``x [batch, seq, d_model]``. Declared by kind ``gated``."""
+    raise NotImplementedError(f"PE {self.name!r} declares no gate bias")
+
   # --- q/k transform --------------------------------------------------------
   def qk_transform(self, cfg):
     """A hashable ``transform(q, k, positions) -> (q, k)``, or None."""
@@ -339,15 +409,62 @@ def register(encoding: PositionalEncoding, *, replace: bool = False) -> Position
   if unknown or len(set(encoding.kinds)) != len(encoding.kinds):
     raise ValueError(f"PE {encoding.name!r} declares kinds {encoding.kinds!r}; each must be "
                      f"one of {', '.join(KINDS)}, once")
+  if encoding.coupling not in COUPLINGS:
+    raise ValueError(f"PE {encoding.name!r} declares coupling {encoding.coupling!r}; it must "
+                     f"be one of {', '.join(map(repr, COUPLINGS))}")
   opts = encoding.options_type
   if opts is not None and not (dataclasses.is_dataclass(opts) and isinstance(opts, type)
                                and opts.__dataclass_params__.frozen):
     raise ValueError(f"PE {encoding.name!r}: options_type must be a frozen dataclass, "
                      f"got {opts!r}")
   if encoding.name in REGISTRY and not replace:
-    raise ValueError(f"PE {encoding.name!r} is already registered")
+    raise ValueError(f"PE {encoding.name!r} is already registered; choose another name")
   REGISTRY[encoding.name] = encoding
   return encoding
+
+
+# PE modules loaded by load_module: spec -> the PE names it registered.
+_LOADED: dict[str, tuple[str, ...]] = {}
+
+
+def load_module(spec: str) -> tuple[str, ...]:
+  """Imports a researcher's module that registers PEs, once, and returns the
+  names it registered: ``spec`` is a dotted module name (importable from the
+  current directory or ``sys.path``) or the path of a ``.py`` file. What
+  ``ModelConfig.pe_module`` records, so that every analysis of a run loads
+  the module again. A module that registers a name already taken fails with
+  one line naming it (ValueError), as does one that cannot be imported."""
+  if not isinstance(spec, str) or not spec.strip():
+    raise ValueError(f"a PE module must be a module name or a .py path, got {spec!r}")
+  if spec in _LOADED:
+    return _LOADED[spec]
+  before = set(REGISTRY)
+  try:
+    if spec.endswith(".py") or os.sep in spec:
+      path = os.path.abspath(spec)
+      if not os.path.isfile(path):
+        raise ValueError(f"PE module {spec!r}: no such file")
+      name = "pe_spectral_user_" + re.sub(r"\W", "_", path)
+      if name not in sys.modules:
+        loader = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[name] = module
+        try:
+          loader.loader.exec_module(module)
+        except BaseException:
+          del sys.modules[name]
+          raise
+    else:
+      importlib.import_module(spec)
+  except ImportError as e:
+    raise ValueError(f"PE module {spec!r} cannot be imported: {e}") from None
+  except ValueError as e:
+    if str(e).startswith("PE module"):
+      raise
+    raise ValueError(f"PE module {spec!r}: {e}") from None
+  added = tuple(n for n in REGISTRY if n not in before)
+  _LOADED[spec] = added
+  return added
 
 
 def unregister(name: str) -> None:
@@ -826,6 +943,125 @@ class AlibiMultiplicative(Alibi):
     return P.decay_coeffs(seq_len, self.rhos(cfg))
 
 
+class PoPE(PositionalEncoding):
+  """PoPE (Gopalakrishnan et al. 2025, arXiv 2509.10534): polar coordinates.
+
+  Each query/key channel ``c`` of a ``d``-wide head is ``softplus(x_c)
+  e^{i pos θ_c}`` (``d`` frequencies ``θ_c = base^(-c/d)``), keys with an
+  extra learned phase ``δ_c`` per layer and head; the logit is
+  ``Σ_c softplus(q_c) softplus(k_c) cos((j-i) θ_c + δ_c) / sqrt(d)``
+  (:func:`positional.pope_transform`). Per channel a Hadamard product of a
+  non-negative rank-one content term with a Toeplitz cosine: position and
+  content are coupled multiplicatively, but the content can no longer turn
+  the phase. Scale ``1/sqrt(d)`` of the head width, as the reference."""
+  name = "pope"
+  description = ("PoPE: softplus(q_c) softplus(k_c) cos((j-i) θ_c + δ_c), d frequencies, "
+                 "learned key phase δ (polar coordinates)")
+  coupling = "content_multiplicative"
+  kinds = ("dynamic",)
+  bilinear_logits = False
+  options_type = PoPEOptions
+  reads = ("rope_base",)
+  takes_positions = True
+  spectral_note = ("PoPE's channel c is D_q T_c D_k with content-dependent non-negative "
+                   "diagonals D: no Toeplitz form of the logits; for q = k Ostrowski bounds "
+                   "each channel's eigenvalues by T_c's times the extremes of D² "
+                   "(docs/spectral.md)")
+
+  def frequencies(self, cfg) -> np.ndarray:
+    return P.pope_frequencies(cfg.head_dim, cfg.rope_base)
+
+  def frequency_count(self, cfg):
+    return cfg.head_dim
+
+  def layer_params(self, cfg, next_key):
+    if not cfg.pe_options.learned_phase:
+      return {}
+    return {"pope_phase": jnp.zeros((cfg.num_heads, cfg.head_dim))}
+
+  def layer_qk(self, cfg, params, q, k, positions, freq_mask=None):
+    theta = jnp.asarray(self.frequencies(cfg), jnp.float32)
+    if freq_mask is not None:
+      theta = theta * freq_mask  # [heads, d]
+    return P.pope_transform(q, k, positions, theta, params.get("pope_phase"))
+
+  def logit_scale(self, cfg):
+    return 1.0 / math.sqrt(cfg.head_dim)
+
+
+class RopeLearned(PositionalEncoding):
+  """RoPE with trainable per-layer, per-head frequencies ``θ_{h,j}``,
+  initialised at RoPE's (the one-dimensional form of LieRE / ComRoPE /
+  STRING, whose extra rotation the query/key projections absorb). The phases
+  stay content-free, so each head's logits keep the Hadamard form with a
+  unit-modulus Toeplitz phase matrix; only the spectrum moves in training."""
+  name = "rope_learned"
+  description = "RoPE with trained per-layer per-head frequencies θ (initialised at RoPE's)"
+  coupling = "multiplicative"
+  kinds = ("dynamic",)
+  reads = ("rope_base",)
+  takes_positions = True
+  toeplitz_label = "Re of each head's phase matrix at its trained θ_1"
+
+  def validate(self, cfg):
+    if cfg.head_dim % 2:
+      raise ValueError(f"rope_learned needs an even head_dim; d_model/num_heads = "
+                       f"{cfg.head_dim}")
+
+  def frequency_count(self, cfg):
+    return cfg.head_dim // 2
+
+  def frequencies(self, cfg) -> np.ndarray:
+    """RoPE's ``[head_dim/2]`` frequencies: every head's initial θ."""
+    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+
+  def layer_params(self, cfg, next_key):
+    theta = jnp.asarray(self.frequencies(cfg), jnp.float32)
+    return {"rope_theta": jnp.tile(theta, (cfg.num_heads, 1))}
+
+  def layer_qk(self, cfg, params, q, k, positions, freq_mask=None):
+    theta = params["rope_theta"]  # [heads, d/2]
+    if freq_mask is not None:
+      theta = theta * freq_mask
+    angles = jnp.asarray(positions, jnp.float32)[..., None] * theta
+    return (P.rotate(q, angles).astype(q.dtype), P.rotate(k, angles).astype(k.dtype))
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+    theta = params["rope_theta"][..., 1]  # [..., heads]
+    return jnp.cos(k * theta[..., None])
+
+
+class AlibiData(PositionalEncoding):
+  """Data-dependent ALiBi (forgetting attention, Lin et al. 2025, "Forgetting
+  Transformer"; x-transformers' ``DataDependentAlibi``): forget gates
+  ``f_t = σ(w_h·x_t + b_h)`` from each layer's (normed) input, and the bias
+  ``Σ log f_t`` over the tokens between query and key
+  (:func:`positional.forget_gate_bias`); bidirectional attention has a second
+  gate set for keys ahead. ALiBi whose slope the tokens set: with constant
+  gates it is ALiBi with slope ``-log f``. Gate weights ``N(0, 1/d_model)``."""
+  name = "alibi_data"
+  description = ("data-dependent ALiBi: sum of log forget gates σ(w·x_t + b) between "
+                 "query and key (forgetting attention)")
+  coupling = "content_additive"
+  kinds = ("gated",)
+  options_type = AlibiDataOptions
+  spectral_note = ("alibi_data's bias sums gates computed from the tokens: it has no "
+                   "Toeplitz form (ALiBi's only when the gates are constant)")
+
+  def gates(self, cfg) -> int:
+    return cfg.num_heads * (1 if cfg.causal else 2)
+
+  def layer_params(self, cfg, next_key):
+    g = self.gates(cfg)
+    return {"gate_w": jax.random.normal(next_key(), (cfg.d_model, g)) / math.sqrt(cfg.d_model),
+            "gate_b": jnp.full((g,), cfg.pe_options.gate_bias_init)}
+
+  def gate_bias(self, cfg, params, x, mask=None):
+    logits = x.astype(jnp.float32) @ params["gate_w"] + params["gate_b"]
+    return P.forget_gate_bias(jax.nn.log_sigmoid(logits), causal=cfg.causal)
+
+
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
@@ -837,6 +1073,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
+    PoPE(), RopeLearned(), AlibiData(),
 ):
   register(_enc)
 del _enc

@@ -172,6 +172,10 @@ class ModelConfig:
       and ablation run in this dtype too (:func:`merge_for_compute`); paths
       that merge the float32 parameters themselves (``decompose``, spectra)
       compute in float32.
+    pe_module: the researcher's module that registers ``pe`` (a dotted name
+      or a ``.py`` path; :func:`encodings.load_module`), loaded when the
+      config is built; None (default) for the package's own PEs, and then
+      not recorded.
   """
   pe: str = "rope"
   vocab_size: int = 574
@@ -197,8 +201,11 @@ class ModelConfig:
   attention_impl: Optional[str] = None
   remat: Optional[bool] = None
   dtype: Optional[str] = None
+  pe_module: Optional[str] = None
 
   def __post_init__(self):
+    if self.pe_module is not None:
+      encodings.load_module(self.pe_module)
     enc = encodings.get(self.pe)  # unknown name -> lists valid names
     for name in ("vocab_size", "num_classes", "d_model", "num_heads",
                  "num_layers", "d_ff", "max_len"):
@@ -414,6 +421,8 @@ def upgrade_record(d: dict) -> dict:
   ``pe_options``, the others (None, or partial RoPE's head count and MLA's
   widths, recorded for every PE) are dropped. A dict already in this format
   comes back equal."""
+  if d.get("pe_module") is not None:  # a researcher's PE: its module registers it
+    encodings.load_module(d["pe_module"])
   legacy = {k: d[k] for k in LEGACY_OPTIONS if k in d}
   if not legacy:
     return dict(d)
@@ -442,7 +451,8 @@ def recorded_fields(d: dict) -> dict:
 def _scoped(d: dict) -> dict:
   """``d`` without the PE-scoped fields its PE does not read."""
   own = set(encodings.get(d["pe"]).config_fields)
-  return {k: v for k, v in d.items() if k not in PE_SCOPED or k in own}
+  return {k: v for k, v in d.items() if (k not in PE_SCOPED or k in own)
+          and not (k == "pe_module" and v is None)}
 
 
 def _drawn(positions) -> bool:
@@ -504,13 +514,31 @@ class _Block(nnx.Module):
     (``freq_mask [heads, pairs]``: 0 turns that rotary pair's rotation off)."""
     h = self.ln1(x)
     bias = self.bias(x.shape[1], positions)
+    enc, extra = self.cfg.encoding, {}
     bias_fn = None
-    if "contextual" in self.cfg.encoding.kinds:
+    if "contextual" in enc.kinds:
       bias_fn = lambda q, k: self.content_bias(q, k, mask)
+    if "gated" in enc.kinds:
+      gated = self.gate_bias(h, mask)
+      bias = gated if bias is None else bias + gated
+    if "dynamic" in enc.kinds:  # the layer's own q/k transform (its rotation, if any)
+      extra = {"qk_fn": self.qk_fn(positions, freq_mask), "scale": enc.logit_scale(self.cfg)}
+      freq_mask = None
     return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
                                   mask=mask, dropout_key=key, bias_fn=bias_fn,
                                   factor=self.logit_factor(x.shape[1], positions),
-                                  freq_mask=freq_mask)
+                                  freq_mask=freq_mask, **extra)
+
+  def qk_fn(self, positions, freq_mask=None):
+    """``(q, k) -> (q', k')``: the PE's ``layer_qk`` with this layer's
+    parameters at ``positions`` (kind ``dynamic``)."""
+    cfg, params = self.cfg, self.pe_params()
+    pos = jnp.asarray(positions)[:, None]  # broadcasts against [batch, seq, heads]
+    return lambda q, k: cfg.encoding.layer_qk(cfg, params, q, k, pos, freq_mask)
+
+  def gate_bias(self, h, mask=None):
+    """The PE's bias from this layer's normed input ``h`` (kind ``gated``)."""
+    return self.cfg.encoding.gate_bias(self.cfg, self.pe_params(), h, mask)
 
   def finish(self, x, heads_out, *, head_mask=None, keys=(None,) * 4):
     """The rest of the block after attention: ``out_proj`` of the (masked)
@@ -716,14 +744,34 @@ class TransformerClassifier(nnx.Module):
     return self.head(pooled)
 
 
+def frequency_count(cfg: ModelConfig) -> int:
+  """Frequencies per head that a frequency mask switches: RoPE's pairs
+  (``head_dim/2``) on rotary heads, a ``dynamic`` PE's own count (PoPE: one
+  per channel), else 0."""
+  if "dynamic" in cfg.encoding.kinds:
+    return cfg.encoding.frequency_count(cfg)
+  if cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
+    return 0
+  return cfg.head_dim // 2
+
+
+def mask_frequencies(cfg: ModelConfig) -> Optional[np.ndarray]:
+  """The ``[frequency_count]`` frequencies a frequency mask switches (a
+  ``dynamic`` PE's initial ones where they are trained), or None."""
+  if "dynamic" in cfg.encoding.kinds:
+    return cfg.encoding.frequencies(cfg)
+  return cfg.rotary_frequencies()
+
+
 def check_freq_mask(cfg: ModelConfig, freq_mask) -> None:
   """Raises ``ValueError`` unless ``freq_mask`` can switch off ``cfg``'s
   rotary pairs: a rotary PE in standard attention, shape
   ``[num_layers, num_heads, head_dim/2]``."""
-  if cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
+  count = frequency_count(cfg)
+  if not count:
     raise ValueError(f"frequency masks need a rotation on standard attention heads; "
                      f"pe={cfg.pe!r} has none")
-  want = (cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
+  want = (cfg.num_layers, cfg.num_heads, count)
   if tuple(jnp.shape(freq_mask)) != want:
     raise ValueError(f"freq_mask must be [layers, heads, head_dim/2] = {list(want)}, got "
                      f"{list(jnp.shape(freq_mask))}")

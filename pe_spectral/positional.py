@@ -893,3 +893,81 @@ def decay_coeffs(seq_len: int, rhos: jax.Array) -> jax.Array:
   rhos = jnp.asarray(rhos, jnp.float32)
   k = jnp.abs(jnp.arange(-(seq_len - 1), seq_len)).astype(jnp.float32)
   return jnp.exp(jnp.log(rhos)[:, None] * k)
+
+
+# ----------------------------------------------------------------------------
+# Content-dependent coupling: PoPE, forget-gate ALiBi, learned frequencies.
+# ----------------------------------------------------------------------------
+
+# PoPE's key phase bias is kept in [-2π, 0], as the reference implementation
+# (x-transformers / PoPE-pytorch) clamps it.
+POPE_PHASE_RANGE = (-2.0 * math.pi, 0.0)
+
+
+def pope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
+  """PoPE's ``head_dim`` inverse frequencies ``θ_c = base^(-c/d)``, ``c = 0..d-1``
+  (one per channel: RoPE has ``d/2``, one per pair)."""
+  head_dim = _check_count("head_dim", head_dim)
+  return _check_base(base) ** (-np.arange(head_dim, dtype=np.float64) / head_dim)
+
+
+def pope_transform(q: jax.Array, k: jax.Array, positions, inv_freq, phase=None):
+  """PoPE (Gopalakrishnan et al. 2025): each channel ``c`` of a query (key)
+  becomes the complex number ``softplus(x_c) e^{i φ_c}``, ``φ_c = pos θ_c``
+  for a query and ``pos θ_c + δ_c`` for a key, written as its real and
+  imaginary parts interleaved, so that a real dot product of the outputs is
+
+      q'·k' = Σ_c softplus(q_c) softplus(k_c) cos((j - i) θ_c + δ_c)
+
+  for a query at ``i`` and a key at ``j``.
+
+  Args:
+    q, k: ``[..., seq, heads, d]``.
+    positions: broadcasting against ``q.shape[:-1]`` (the model passes ``[seq, 1]``).
+    inv_freq: ``[d]`` or ``[heads, d]`` frequencies (zero turns a channel's
+      position off).
+    phase: ``[heads, d]`` key phase biases ``δ`` (clamped to
+      :data:`POPE_PHASE_RANGE`), or None for ``δ = 0``.
+
+  Returns:
+    ``(q', k')``, each ``[..., seq, heads, 2d]`` in ``q``'s dtype.
+  """
+  q, k = jnp.asarray(q), jnp.asarray(k)
+  d = q.shape[-1]
+  ang = jnp.asarray(positions, jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+  ang_k = ang if phase is None else ang + jnp.clip(jnp.asarray(phase, jnp.float32),
+                                                    *POPE_PHASE_RANGE)
+
+  def polar(x, a):
+    m = jax.nn.softplus(x.astype(jnp.float32))
+    out = jnp.stack(jnp.broadcast_arrays(m * jnp.cos(a), m * jnp.sin(a)), axis=-1)
+    return out.reshape(out.shape[:-2] + (2 * d,)).astype(x.dtype)
+
+  return polar(q, ang), polar(k, ang_k)
+
+
+def forget_gate_bias(log_gates: jax.Array, *, causal: bool = False) -> jax.Array:
+  """Data-dependent ALiBi (forgetting attention, Lin et al. 2025; x-transformers'
+  ``DataDependentAlibi``): an additive bias that sums log forget gates
+  ``log f_t <= 0`` over the tokens between query and key.
+
+  Args:
+    log_gates: ``[batch, seq, heads]`` (causal) or ``[batch, seq, 2 * heads]``
+      (bidirectional: the first ``heads`` gate keys behind the query, the rest
+      keys ahead of it).
+
+  Returns:
+    ``[batch, heads, seq, seq]``: ``bias[i, j] = Σ_{t=j+1}^{i} log f_t`` for
+    ``j <= i`` and, bidirectional, ``Σ_{t=i+1}^{j} log f'_t`` for ``j > i``
+    (causal: 0 above the diagonal, which the causal mask removes). With every
+    ``log f_t = -m`` this is ALiBi's ``-m |i - j|``.
+  """
+  c = jnp.cumsum(jnp.moveaxis(log_gates, -1, 1), axis=-1)  # [b, H, n], inclusive
+  n = c.shape[-1]
+  i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+  if causal:
+    return jnp.where(j <= i, c[..., :, None] - c[..., None, :], 0.0)
+  h = c.shape[1] // 2
+  back, ahead = c[:, :h], c[:, h:]
+  return jnp.where(j <= i, back[..., :, None] - back[..., None, :],
+                   ahead[..., None, :] - ahead[..., :, None])

@@ -37,6 +37,7 @@ import numpy as np
 from pe_spectral import positional
 
 __all__ = [
+    "pope_cosine_eigs", "pope_symmetric_bounds", "pope_norm_bound",
     # Toeplitz core
     "toeplitz", "toeplitz_coeffs", "toeplitz_from_coeffs", "toeplitz_matvec",
     "make_toeplitz_matvec",
@@ -756,3 +757,54 @@ def synthetic_content(kind: str, n: int, d: int, key, *, theta=None):
     theta = rope_frequencies(d) if theta is None else theta
     return rope_rotate(jnp.broadcast_to(a, (n, d)), -jnp.asarray(theta))
   raise ValueError(f"unknown content kind {kind!r}")
+
+
+# ----------------------------------------------------------------------------
+# PoPE (docs/spectral.md, "PoPE"): each channel's logit matrix is D_q T_c D_k,
+# with non-negative diagonals D (softplus magnitudes) and the Toeplitz
+# T_c[i, j] = cos((j - i) θ_c + δ_c). Closed forms, float64 NumPy.
+# ----------------------------------------------------------------------------
+
+def pope_cosine_eigs(n: int, theta) -> tuple[np.ndarray, np.ndarray]:
+  """The two non-zero eigenvalues of ``C[i, j] = cos((j - i) θ)`` (n x n, PSD,
+  rank <= 2), per ``θ``: ``(n - |g|)/2`` and ``(n + |g|)/2`` with
+  ``|g| = |Σ_j e^{2ijθ}| = |sin(nθ) / sin θ|`` (``n`` at multiples of π); the other ``n - 2``
+  are 0. ``C = (u u* + ū ūᵀ)/2`` with ``u_j = e^{ijθ}``, and the Gram of
+  ``u, ū`` is ``[[n, g], [ḡ, n]]``."""
+  theta = np.asarray(theta, np.float64)
+  # g = Σ_j e^{2ijθ}, summed directly: the Dirichlet-kernel ratio loses all
+  # precision near multiples of π, where |g| -> n
+  g = np.abs(np.exp(2j * theta[..., None] * np.arange(n)).sum(-1))
+  g = np.minimum(g, n)
+  return (n - g) / 2.0, (n + g) / 2.0
+
+
+def pope_symmetric_bounds(mag, theta, delta=None, *, scale: float = 1.0):
+  """Certified ``(λ_min, λ_max)`` bounds of the symmetric part of PoPE's logits
+  ``L = scale Σ_c D_c T_c D_c`` when queries and keys have the same magnitudes
+  ``mag [n, d]`` (``D_c = diag(mag[:, c])``, e.g. tied projections).
+
+  The symmetric part of ``T_c`` is ``cos δ_c C_c`` (the sine part is
+  antisymmetric), so ``sym(L_c) = cos δ_c D_c C_c D_c``. Ostrowski's theorem
+  puts each eigenvalue of ``D C D`` at ``t_k λ_k(C)`` with ``t_k`` between the
+  extremes of ``D²`` (Sylvester: same inertia as ``C``: PSD, rank <= 2), and
+  Weyl's inequality sums the channels. Needs ``mag > 0`` (softplus is)."""
+  mag = np.asarray(mag, np.float64)
+  n, d = mag.shape
+  theta = np.asarray(theta, np.float64)
+  cos_d = np.ones(d) if delta is None else np.cos(np.asarray(delta, np.float64))
+  _, big = pope_cosine_eigs(n, theta)
+  top = (mag ** 2).max(axis=0) * big  # λ_max(D C D) <= max D² λ_max(C)
+  hi = scale * np.sum(np.maximum(cos_d, 0.0) * top)
+  lo = scale * np.sum(np.minimum(cos_d, 0.0) * top)
+  return float(lo), float(hi)
+
+
+def pope_norm_bound(mag_q, mag_k, *, scale: float = 1.0) -> float:
+  """``‖L‖₂ <= scale Σ_c max_i mag_q[i, c] · max_j mag_k[j, c] · n`` for any
+  queries and keys (``‖T_c‖₂ <= n``: two rank-one terms of norm n/2), hence a
+  bound on ``|λ|`` of the symmetric part. The only certificate when the
+  magnitudes differ: no inertia or ordering holds for ``D_q T D_k``."""
+  mag_q, mag_k = np.asarray(mag_q, np.float64), np.asarray(mag_k, np.float64)
+  n = mag_q.shape[0]
+  return float(scale * np.sum(mag_q.max(axis=0) * mag_k.max(axis=0) * n))

@@ -33,7 +33,9 @@ def _options_perturbed(cfg: ModelConfig) -> list:
                encodings.XPosOptions: [{"gamma": 0.2}, {"scale_base": 64.0}],
                encodings.AlibiOptions: [{"slopes": "paper"}],
                encodings.FireOptions: [{"hidden": 8}],
-               encodings.CoPEOptions: [{"positions": 10}]}.get(type(opts), [])
+               encodings.CoPEOptions: [{"positions": 10}],
+               encodings.PoPEOptions: [{"learned_phase": False}],
+               encodings.AlibiDataOptions: [{"gate_bias_init": 1.0}]}.get(type(opts), [])
   assert opts is None or changes, f"{cfg.pe}: no perturbation for {type(opts).__name__}"
   return [cfg.replace(pe_options=dataclasses.replace(opts, **c)) for c in changes]
 

@@ -19,7 +19,8 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
   assert {"alibi", "relative", "sinusoidal", "rope", "fire", "kerple_log", "kerple_power",
           "p_rope"} <= analysed
   # said, not faked (faithful MLA: the paper's transform is not a rotation)
-  assert set(res["no_toeplitz"]) == {"nope", "learned", "xpos", "cope", "mla"}
+  assert set(res["no_toeplitz"]) == {"nope", "learned", "xpos", "cope", "mla", "pope",
+                                     "alibi_data"}
   assert "not a rotation" in res["no_toeplitz"]["mla"]
   assert "content" in res["no_toeplitz"]["cope"]
   assert all(r["contained"] for r in res["toeplitz"])

@@ -1,0 +1,400 @@
+"""The content-dependent and learned-frequency PEs (pope, rope_learned,
+alibi_data) against float64 loops written from their papers' formulas, their
+identities (PoPE without position = softplus-content attention; rope_learned
+at its initial θ = rope; alibi_data with constant gates = ALiBi), the CLIs on
+them, and a researcher's PE loaded from a module of their own."""
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pe_spectral import attention as A
+from pe_spectral import encodings
+from pe_spectral import positional as P
+from pe_spectral.model import ModelConfig, apply_model, init_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cfg(pe, **kw):
+  base = dict(pe=pe, vocab_size=7, num_classes=3, d_model=16, num_heads=2, num_layers=2,
+              d_ff=32, max_len=12, dropout=0.0)
+  return ModelConfig(**{**base, **kw})
+
+
+def _softplus64(x):
+  return np.logaddexp(0.0, x)
+
+
+# --- float64 loops, written from the formulas --------------------------------
+
+def _pope_logits_loop(q, k, pos, theta, delta):
+  """Σ_c softplus(q_c) softplus(k_c) cos((p_j - p_i) θ_c + δ_hc) / sqrt(d):
+  q, k [n, heads, d] float64; returns [heads, n, n]."""
+  n, h, d = q.shape
+  out = np.zeros((h, n, n))
+  for hh in range(h):
+    for i in range(n):
+      for j in range(n):
+        s = 0.0
+        for c in range(d):
+          s += (_softplus64(q[i, hh, c]) * _softplus64(k[j, hh, c])
+                * math.cos((pos[j] - pos[i]) * theta[c] + delta[hh, c]))
+        out[hh, i, j] = s / math.sqrt(d)
+  return out
+
+
+def _rope_logits_loop(q, k, pos, theta):
+  """Each pair (2j, 2j+1) of head h turned by pos θ_hj, in float64: [heads, n, n]."""
+  n, h, d = q.shape
+
+  def turn(x, p, hh):
+    y = np.empty(d)
+    for j in range(d // 2):
+      a = p * theta[hh, j]
+      y[2 * j] = x[2 * j] * math.cos(a) - x[2 * j + 1] * math.sin(a)
+      y[2 * j + 1] = x[2 * j] * math.sin(a) + x[2 * j + 1] * math.cos(a)
+    return y
+
+  out = np.zeros((h, n, n))
+  for hh in range(h):
+    for i in range(n):
+      for j in range(n):
+        out[hh, i, j] = turn(q[i, hh], pos[i], hh) @ turn(k[j, hh], pos[j], hh) / math.sqrt(d)
+  return out
+
+
+def _gate_bias_loop(log_f, causal):
+  """bias[h, i, j] = Σ_{t=j+1}^{i} log f_t (j <= i), Σ_{t=i+1}^{j} log f'_t (j > i)."""
+  n, g = log_f.shape
+  h = g if causal else g // 2
+  out = np.zeros((h, n, n))
+  for hh in range(h):
+    for i in range(n):
+      for j in range(n):
+        if j <= i:
+          out[hh, i, j] = sum(log_f[t, hh] for t in range(j + 1, i + 1))
+        elif not causal:
+          out[hh, i, j] = sum(log_f[t, h + hh] for t in range(i + 1, j + 1))
+  return out
+
+
+def test_pope_transform_equals_the_float64_loop():
+  rng = np.random.default_rng(0)
+  n, h, d = 6, 2, 8
+  q, k = rng.normal(size=(2, n, h, d)) * 1.5
+  pos = np.sort(rng.choice(40, n, replace=False))  # randomized positions too
+  theta = P.pope_frequencies(d, 100.0)
+  delta = rng.uniform(-2 * np.pi, 0.0, (h, d))
+  q2, k2 = P.pope_transform(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32),
+                            jnp.asarray(pos)[:, None], theta, delta)
+  assert q2.shape == (n, h, 2 * d)
+  got = np.asarray(A.attention_logits(q2[None], k2[None], scale=1 / math.sqrt(d)))[0]
+  np.testing.assert_allclose(got, _pope_logits_loop(q, k, pos, theta, delta),
+                             rtol=2e-5, atol=2e-5)
+  # PoPE's own frequencies: d of them, θ_c = base^(-c/d)
+  np.testing.assert_allclose(theta, 100.0 ** (-np.arange(d) / d))
+  # δ outside [-2π, 0] is clamped, as the reference implementation
+  q3, k3 = P.pope_transform(q, k, pos[:, None], theta, delta + 10.0)
+  q4, k4 = P.pope_transform(q, k, pos[:, None], theta, np.zeros((h, d)))
+  np.testing.assert_allclose(np.asarray(k3), np.asarray(k4), atol=1e-6)
+
+
+def test_pope_without_position_is_softplus_content_attention():
+  """δ = 0 and every θ = 0: attention on softplus(q), softplus(k), no position."""
+  rng = np.random.default_rng(1)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 5, 2, 4)), jnp.float32) for _ in range(3))
+  q2, k2 = P.pope_transform(q, k, np.arange(5)[:, None], np.zeros(4))
+  scale = 0.5
+  want = A.attention(jax.nn.softplus(q), jax.nn.softplus(k), v, scale=scale)
+  np.testing.assert_allclose(np.asarray(A.attention(q2, k2, v, scale=scale)),
+                             np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_forget_gate_bias_equals_the_loop_and_constant_gates_are_alibi():
+  rng = np.random.default_rng(2)
+  n, h = 7, 3
+  for causal in (False, True):
+    g = h if causal else 2 * h
+    log_f = np.log(rng.uniform(0.2, 1.0, (n, g)))
+    got = np.asarray(P.forget_gate_bias(jnp.asarray(log_f[None], jnp.float32), causal=causal))
+    np.testing.assert_allclose(got[0], _gate_bias_loop(log_f, causal), rtol=1e-5, atol=1e-5)
+    # constant gates log f = -m_h (both directions): ALiBi with slopes m
+    m = np.asarray(P.alibi_slopes(h))
+    const = np.tile(-m, (n, g // h))[None]
+    alibi = np.asarray(P.alibi_bias(n, m, causal=causal))
+    tri = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+    got = np.asarray(P.forget_gate_bias(jnp.asarray(const, jnp.float32), causal=causal))[0]
+    np.testing.assert_allclose(np.where(tri, got, 0), np.where(tri, alibi, 0), atol=1e-5)
+
+
+def _block_logits(cfg, params, ids, positions=None):
+  """The first layer's logits as the model computes them, captured where the
+  softmax reads them (attention.softmax_probs)."""
+  captured = []
+  orig = A.softmax_probs
+
+  def spy(q, k, bias, mask, scale, dtype, factor=None):
+    captured.append(np.asarray(
+        A.attention_logits(q * scale, k, bias=bias, scale=1.0, factor=factor)))
+    return orig(q, k, bias, mask, scale, dtype, factor)
+
+  A.softmax_probs = spy
+  try:
+    from pe_spectral import speed
+    with speed.reference():
+      apply_model(init_model(cfg, jax.random.key(0))[0], params, ids)
+  finally:
+    A.softmax_probs = orig
+  return captured[0][0]  # layer 0, first example: [heads, n, n]
+
+
+def _layer0_qk(cfg, params, ids):
+  """Layer 0's projected queries/keys [n, heads, d] and normed input, float64."""
+  from pe_spectral.model import merge_for_compute
+  model = merge_for_compute(init_model(cfg, jax.random.key(0))[0], params)
+  x = model.embed_inputs(ids)
+  blk = model.blocks[0]
+  h = blk.ln1(x)
+  q = blk.attn._heads(blk.attn.q_proj(h))
+  k = blk.attn._heads(blk.attn.k_proj(h))
+  return (np.asarray(q, np.float64)[0], np.asarray(k, np.float64)[0],
+          np.asarray(h, np.float64)[0], blk)
+
+
+@pytest.mark.parametrize("pe", ["pope", "rope_learned", "alibi_data"])
+def test_the_model_computes_the_papers_logits(pe):
+  """Layer 0's logits inside the model equal the float64 loop of the PE's
+  formula on the model's own projections and (perturbed) PE parameters."""
+  cfg = _cfg(pe)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  rng = np.random.default_rng(3)
+  d = cfg.head_dim
+  params = jax.tree.map(lambda x: x, params)  # a pure dict: edit a copy
+  blk = params["blocks"][0]
+  if pe == "pope":
+    blk["pope_phase"] = jnp.asarray(rng.uniform(-2 * np.pi, 0, (2, d)), jnp.float32)
+  elif pe == "rope_learned":
+    blk["rope_theta"] = blk["rope_theta"] * jnp.asarray(rng.uniform(0.5, 2.0, (2, d // 2)),
+                                                        jnp.float32)
+  else:
+    blk["gate_b"] = jnp.asarray(rng.normal(size=blk["gate_b"].shape), jnp.float32)
+  ids = jnp.asarray(rng.integers(1, cfg.vocab_size, (1, 9)))
+  got = _block_logits(cfg, params, ids)
+  q, k, h, _ = _layer0_qk(cfg, params, ids)
+  pos = np.arange(9)
+  if pe == "pope":
+    want = _pope_logits_loop(q, k, pos, P.pope_frequencies(d, cfg.rope_base),
+                             np.asarray(blk["pope_phase"], np.float64))
+  elif pe == "rope_learned":
+    want = _rope_logits_loop(q, k, pos, np.asarray(blk["rope_theta"], np.float64))
+  else:
+    gl = h @ np.asarray(blk["gate_w"], np.float64) + np.asarray(blk["gate_b"], np.float64)
+    log_f = -np.logaddexp(0.0, -gl)  # log sigmoid
+    want = np.einsum("ihd,jhd->hij", q, k) / math.sqrt(d) + _gate_bias_loop(log_f, False)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_rope_learned_at_its_initial_frequencies_is_rope():
+  rng = np.random.default_rng(4)
+  ids = jnp.asarray(rng.integers(1, 7, (3, 10)))
+  out = {}
+  for pe in ("rope", "rope_learned"):
+    g, p = init_model(_cfg(pe), jax.random.key(5))  # rope_learned draws no key
+    out[pe] = np.asarray(apply_model(g, p, ids))
+  np.testing.assert_allclose(out["rope_learned"], out["rope"], rtol=1e-5, atol=1e-6)
+  # and it moves away from rope once θ moves
+  g, p = init_model(_cfg("rope_learned"), jax.random.key(5))
+  p["blocks"][0]["rope_theta"] = p["blocks"][0]["rope_theta"] * 1.5
+  assert np.abs(np.asarray(apply_model(g, p, ids)) - out["rope"]).max() > 1e-4
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_alibi_data_with_constant_gates_is_alibi(causal):
+  ids = jnp.asarray(np.random.default_rng(6).integers(1, 7, (3, 10)))
+  g_data, p_data = init_model(_cfg("alibi_data", causal=causal), jax.random.key(7))
+  g_alibi, p_alibi = init_model(_cfg("alibi", causal=causal), jax.random.key(7))
+  pure = p_data
+  m = np.asarray(P.alibi_slopes(2), np.float64)
+  b = -np.log(np.expm1(m))  # log σ(b) = -m
+  for blk in pure["blocks"].values():
+    blk["gate_w"] = jnp.zeros_like(blk["gate_w"])
+    blk["gate_b"] = jnp.asarray(np.tile(b, blk["gate_b"].shape[0] // 2), jnp.float32)
+  # ALiBi gets alibi_data's weights: the same model but for the gates
+  shared = {k: v for k, v in pure.items() if k != "blocks"}
+  shared["blocks"] = {i: {k: v for k, v in blk.items() if k not in ("gate_w", "gate_b")}
+                      for i, blk in pure["blocks"].items()}
+  assert jax.tree.structure(shared) == jax.tree.structure(p_alibi)
+  p_alibi = shared
+  np.testing.assert_allclose(np.asarray(apply_model(g_data, p_data, ids)),
+                             np.asarray(apply_model(g_alibi, p_alibi, ids)),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_couplings_are_declared_in_the_extended_vocabulary():
+  assert encodings.get("pope").coupling == "content_multiplicative"
+  assert encodings.get("alibi_data").coupling == "content_additive"
+  assert encodings.get("rope_learned").coupling == "multiplicative"
+  bad = encodings.NoPE()
+  bad.name, bad.coupling = "odd_coupling", "sideways"
+  with pytest.raises(ValueError, match="coupling"):
+    encodings.register(bad)
+
+
+# --- the CLIs, and a researcher's own PE -----------------------------------
+
+def _cli(module, *args, cwd, ok=True):
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                       text=True, cwd=cwd, env=env)
+  if ok:
+    assert out.returncode == 0, f"{module} {args}:\n{out.stderr[-3000:]}"
+  return out
+
+
+# A researcher's module: rope_learned written outside the package, under
+# another name, from the library's public pieces only.
+OUTSIDE_PE = textwrap.dedent('''
+    import jax.numpy as jnp
+    from pe_spectral import encodings
+    from pe_spectral import positional as P
+
+    class MyLearnedRope(encodings.PositionalEncoding):
+      name = "my_learned_rope"
+      description = "RoPE with trained per-head frequencies, from a module of my own"
+      coupling = "multiplicative"
+      kinds = ("dynamic",)
+      reads = ("rope_base",)
+
+      def frequency_count(self, cfg):
+        return cfg.head_dim // 2
+
+      def frequencies(self, cfg):
+        return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+
+      def layer_params(self, cfg, next_key):
+        theta = jnp.asarray(self.frequencies(cfg), jnp.float32)
+        return {"rope_theta": jnp.tile(theta, (cfg.num_heads, 1))}
+
+      def layer_qk(self, cfg, params, q, k, positions, freq_mask=None):
+        theta = params["rope_theta"] if freq_mask is None else params["rope_theta"] * freq_mask
+        angles = jnp.asarray(positions, jnp.float32)[..., None] * theta
+        return P.rotate(q, angles), P.rotate(k, angles)
+
+    encodings.register(MyLearnedRope())
+''')
+
+
+def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
+  """sweep -> ablate (heads and frequencies) -> decompose -> lengths on the
+  new PEs and on a PE from the researcher's own file, each CLI a new process
+  that finds the file again from the run's config; a clash is one line."""
+  mod = tmp_path / "my_pes.py"
+  mod.write_text(OUTSIDE_PE)
+  pes = ["pope", "alibi_data", "my_learned_rope"]
+  _cli("experiments.sweep", f"--pe={','.join(pes)}", f"--pe_module={mod}", "--preset=smoke",
+       "--seeds=2", "--steps=6", "--eval_every=6", "--task=even_pairs", cwd=tmp_path)
+  wds = [str(tmp_path / "runs" / "even_pairs" / f"{pe}-smoke-steps6") for pe in pes]
+  with open(os.path.join(wds[2], "config.json")) as f:
+    assert json.load(f)["run"]["model"]["pe_module"] == str(mod)
+  with open(os.path.join(wds[0], "config.json")) as f:
+    assert "pe_module" not in json.load(f)["run"]["model"]  # a package PE records none
+  _cli("experiments.ablate", f"--workdir={wds[0]},{wds[2]}", "--frequencies", cwd=tmp_path)
+  _cli("experiments.ablate", f"--workdir={wds[1]}", cwd=tmp_path)
+  _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
+  _cli("experiments.lengths", f"--workdir={','.join(wds)}", "--factors=1,2",
+       "--examples=50", cwd=tmp_path)
+  for pe, wd in zip(pes, wds):
+    with open(os.path.join(wd, "ablation.json")) as f:
+      abl = json.load(f)
+    assert np.asarray(abl["ablated"]).shape == (2, 2, 2)
+    with open(os.path.join(wd, "decompose.json")) as f:
+      dec = json.load(f)
+    assert dec["pe"] == pe
+    if pe == "pope":  # softplus magnitudes: the θ = 0 logits are not q·k, no identity
+      assert dec["additive_residual_max"] is None
+    else:
+      assert dec["additive_residual_max"] < 1e-4
+    with open(os.path.join(wd, "lengths.json")) as f:
+      assert all(r["mean"] is not None for r in json.load(f)["lengths"])
+  with open(os.path.join(wds[0], "ablation-freq.json")) as f:
+    freq = json.load(f)
+  with open(os.path.join(wds[0], "config.json")) as f:
+    m = json.load(f)["run"]["model"]
+  head_dim = m["d_model"] // m["num_heads"]
+  # PoPE: one frequency per channel, base^(-c/d)
+  np.testing.assert_allclose(freq["frequencies"], P.pope_frequencies(head_dim, m["rope_base"]))
+  # the outside module is the built-in rope_learned by another name: equal at init
+  from pe_spectral.model import ModelConfig as MC
+  ids = jnp.asarray(np.random.default_rng(8).integers(1, 7, (2, 9)))
+  outs = [np.asarray(apply_model(*init_model(_cfg(pe, **kw), jax.random.key(0)), ids))
+          for pe, kw in (("rope_learned", {}), ("my_learned_rope", {"pe_module": str(mod)}))]
+  np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+  assert MC is ModelConfig
+  # a module that registers a taken name: one line, no traceback
+  clash = tmp_path / "clash.py"
+  clash.write_text("from pe_spectral import encodings\n"
+                   "class R(encodings.PositionalEncoding):\n  name = 'rope'\n"
+                   "encodings.register(R())\n")
+  out = _cli("experiments.sweep", f"--pe_module={clash}", "--pe=rope", "--preset=smoke",
+             "--steps=1", cwd=tmp_path, ok=False)
+  assert out.returncode != 0
+  assert "'rope' is already registered" in out.stderr and "Traceback" not in out.stderr
+
+
+# --- PoPE's spectrum (docs/spectral.md): against dense eigvalsh -------------
+
+def _pope_channel(mq, mk, theta, delta):
+  n = mq.shape[0]
+  off = np.arange(n)[None, :] - np.arange(n)[:, None]  # j - i
+  return np.diag(mq) @ np.cos(off * theta + delta) @ np.diag(mk)
+
+
+def test_pope_cosine_eigenvalues_closed_form():
+  from pe_spectral import spectral as S
+  for n in (2, 5, 17, 64):
+    for theta in (0.0, 1e-3, 0.3, 1.0, np.pi / 2, np.pi, 2.5):
+      small, big = S.pope_cosine_eigs(n, theta)
+      eig = np.linalg.eigvalsh(_pope_channel(np.ones(n), np.ones(n), theta, 0.0))
+      np.testing.assert_allclose(eig[-1], big, atol=1e-9 * n)
+      np.testing.assert_allclose(eig[-2] if n > 1 else 0.0, small, atol=1e-9 * n)
+      if n > 2:
+        np.testing.assert_allclose(eig[:-2], 0.0, atol=1e-9 * n)
+
+
+def test_pope_ostrowski_and_weyl_bounds_hold_and_the_norm_bound_too():
+  from pe_spectral import spectral as S
+  rng = np.random.default_rng(9)
+  for trial in range(20):
+    n, d = rng.integers(3, 40), rng.integers(1, 9)
+    mag = _softplus64(rng.normal(scale=2.0, size=(n, d)))
+    theta = P.pope_frequencies(d, float(rng.choice([10.0, 1e4])))
+    delta = rng.uniform(-2 * np.pi, 0.0, d)
+    scale = 1 / math.sqrt(d)
+    L = scale * sum(_pope_channel(mag[:, c], mag[:, c], theta[c], delta[c]) for c in range(d))
+    eig = np.linalg.eigvalsh(0.5 * (L + L.T))
+    lo, hi = S.pope_symmetric_bounds(mag, theta, delta, scale=scale)
+    tol = 1e-9 * max(1.0, abs(lo), abs(hi))
+    assert lo - tol <= eig[0] and eig[-1] <= hi + tol, (trial, lo, eig[0], eig[-1], hi)
+    # per channel, Ostrowski: λ_k(cos δ D C D) = cos δ t_k λ_k(C), t_k in [min D², max D²]
+    for c in range(d):
+      e = np.linalg.eigvalsh(0.5 * (lambda m: m + m.T)(
+          _pope_channel(mag[:, c], mag[:, c], theta[c], delta[c])))
+      small, big = S.pope_cosine_eigs(n, theta[c])
+      lam_c = np.sort(np.cos(delta[c]) * np.array([small, big]))
+      nz = e[np.argsort(np.abs(e))[-2:]]  # the two eigenvalues of largest modulus
+      m2 = mag[:, c] ** 2
+      for lam, got in zip(lam_c, np.sort(nz)):
+        lo_c, hi_c = sorted([lam * m2.min(), lam * m2.max()])
+        assert lo_c - 1e-8 * n <= got <= hi_c + 1e-8 * n
+    # different magnitudes for queries and keys: only the norm bound holds
+    mk = _softplus64(rng.normal(size=(n, d)))
+    L2 = scale * sum(_pope_channel(mag[:, c], mk[:, c], theta[c], delta[c]) for c in range(d))
+    assert np.linalg.norm(L2, 2) <= S.pope_norm_bound(mag, mk, scale=scale) * (1 + 1e-12)
