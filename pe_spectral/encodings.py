@@ -279,6 +279,10 @@ class PositionalEncoding:
   # the θ = 0 logits are q·k (+ bias), so the decomposition's content and
   # position Grams add up to them (not PoPE's softplus magnitudes)
   bilinear_logits: bool = True
+  # the layer parameter ``[heads, frequencies]`` that holds trained
+  # frequencies (rope_learned's θ): recorded at every evaluation
+  # (``frequencies.jsonl``) and compared with ``frequencies(cfg)``
+  frequency_param: str = ""
 
   # --- what it is ---------------------------------------------------------
   @property
@@ -999,6 +1003,7 @@ class RopeLearned(PositionalEncoding):
   description = "RoPE with trained per-layer per-head frequencies θ (initialised at RoPE's)"
   coupling = "multiplicative"
   kinds = ("dynamic",)
+  frequency_param = "rope_theta"
   reads = ("rope_base",)
   takes_positions = True
   toeplitz_label = "Re of each head's phase matrix at its trained θ_1"

@@ -243,6 +243,37 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
   save_figure(fig, path)
 
 
+def frequencies_over_training(rows: list[dict], theta0, path: str, title: str = "") -> None:
+  """Trained frequencies (``frequencies.jsonl``): left, the median drift
+  ``|log θ/θ₀|`` of every layer.head vs step (mean over seeds); right, the
+  final θ of every layer.head (mean over seeds) against the initial θ₀."""
+  if not rows:
+    return
+  steps = [r["step"] for r in rows]
+  drift = np.asarray([r["drift_median"] for r in rows]).mean(1)  # [T, L, H]
+  final = np.asarray(rows[-1]["theta"]).mean(0)                   # [L, H, F]
+  _, layers, heads = drift.shape
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=110)
+  cmap = plt.get_cmap("tab10")
+  for l in range(layers):
+    for h in range(heads):
+      style = dict(color=cmap(h % 10), ls=["-", "--", ":", "-."][l % 4])
+      a1.plot(steps, drift[:, l, h], label=f"{l}.{h}", **style)
+      a2.plot(theta0, final[l, h], marker=".", **style)
+  a2.plot(theta0, theta0, color="k", lw=0.8)
+  a1.set_xlabel("step")
+  a1.set_ylabel("median |log θ/θ₀| over frequencies")
+  a2.set_xscale("log")
+  a2.set_yscale("symlog", linthresh=float(np.min(np.abs(theta0))) / 10)
+  a2.set_xlabel("initial θ₀ (RoPE's)")
+  a2.set_ylabel("final θ (mean over seeds)")
+  for ax in (a1, a2):
+    ax.grid(alpha=0.3)
+  a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
+  fig.suptitle(title + " — trained frequencies", fontsize=9)
+  save_figure(fig, path)
+
+
 def learning_curves(curves: list[dict], path: str, title: str = "", *,
                     metric: str = "test_accuracy", paper_examples=None) -> None:
   """Accuracy against examples seen (log x), one line per run, band = min..max

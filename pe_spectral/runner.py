@@ -40,7 +40,17 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 import jax
 import numpy as np
 
-from pe_spectral import curvature, decompose, devices, encodings, plotting, speed, stats, tasks
+from pe_spectral import (
+  curvature,
+  decompose,
+  devices,
+  encodings,
+  plotting,
+  spectral,
+  speed,
+  stats,
+  tasks,
+)
 from pe_spectral import train as train_lib
 from pe_spectral.checkpoint import Checkpointer, CheckpointError, DiskFullError
 from pe_spectral.config import RunConfig
@@ -262,6 +272,8 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
       builtin.append(SpectraRecorder(options.record_spectra))
     if options.record_curvature:
       builtin.append(CurvatureRecorder(options.record_curvature))
+    if rc.model.encoding.frequency_param:  # trained frequencies: always recorded
+      builtin.append(FrequencyRecorder())
     records = _train(session, options, hooks, builtin + list(recorders))
     summary = summarise(session, records, t_start=t_start)
     if writer:
@@ -436,6 +448,25 @@ class SpectraRecorder(JsonlRecorder):
 
   def row(self, ev):
     return _spectra_record(ev.session.steps, ev.states, self.probe_ids, ev.step)
+
+
+class FrequencyRecorder(JsonlRecorder):
+  """``frequencies.jsonl``: a PE's trained frequencies (``frequency_param``,
+  e.g. rope_learned's θ) at every evaluation, ``theta [seeds, layers, heads,
+  F]``, with ``drift_median [seeds, layers, heads]``, the median over
+  frequencies of ``|log(θ/θ₀)|`` from the PE's initial frequencies."""
+  name = "frequencies"
+
+  def open(self, session):
+    cfg = session.rc.model
+    self.param, self.theta0 = cfg.encoding.frequency_param, cfg.encoding.frequencies(cfg)
+
+  def row(self, ev):
+    blocks = ev.states["params"]["blocks"]
+    theta = np.stack([np.asarray(devices.fetch(blocks[i][self.param]), np.float64)
+                      for i in sorted(blocks, key=int)], axis=1)  # [seeds, layers, heads, F]
+    drift = np.median(spectral.frequency_drift(theta, self.theta0), axis=-1)
+    return {"step": ev.step, "theta": theta.tolist(), "drift_median": drift.tolist()}
 
 
 class CurvatureRecorder(JsonlRecorder):
@@ -619,6 +650,10 @@ def draw_figures(session: _Session, records: list, *, spectra: bool) -> None:
   if spectra:
     plotting.spectra_over_training(read_jsonl(paths["spectra"]),
                                    os.path.join(session.workdir, "spectra.png"), title)
+  freq = os.path.join(session.workdir, "frequencies.jsonl")
+  if rc.model.encoding.frequency_param and os.path.exists(freq):
+    plotting.frequencies_over_training(read_jsonl(freq), rc.model.encoding.frequencies(rc.model),
+                                       os.path.join(session.workdir, "frequencies.png"), title)
 
 
 class LoadedRun(NamedTuple):

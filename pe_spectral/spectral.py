@@ -37,7 +37,7 @@ import numpy as np
 from pe_spectral import positional
 
 __all__ = [
-    "pope_cosine_eigs", "pope_symmetric_bounds", "pope_norm_bound",
+    "pope_cosine_eigs", "pope_symmetric_bounds", "pope_norm_bound", "frequency_drift",
     # Toeplitz core
     "toeplitz", "toeplitz_coeffs", "toeplitz_from_coeffs", "toeplitz_matvec",
     "make_toeplitz_matvec",
@@ -808,3 +808,14 @@ def pope_norm_bound(mag_q, mag_k, *, scale: float = 1.0) -> float:
   mag_q, mag_k = np.asarray(mag_q, np.float64), np.asarray(mag_k, np.float64)
   n = mag_q.shape[0]
   return float(scale * np.sum(mag_q.max(axis=0) * mag_k.max(axis=0) * n))
+
+
+def frequency_drift(theta, theta0) -> np.ndarray:
+  """How far trained frequencies moved from their initial ones: ``|log(θ/θ₀)|``
+  per frequency (``theta [..., F]``, ``theta0 [F]``; a frequency that reached
+  0 or changed sign counts as infinitely far). ``log 2`` is a factor of 2."""
+  theta = np.asarray(theta, np.float64)
+  theta0 = np.asarray(theta0, np.float64)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    r = theta / theta0
+    return np.where(r > 0, np.abs(np.log(np.where(r > 0, r, 1.0))), np.inf)

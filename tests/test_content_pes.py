@@ -398,3 +398,30 @@ def test_pope_ostrowski_and_weyl_bounds_hold_and_the_norm_bound_too():
     mk = _softplus64(rng.normal(size=(n, d)))
     L2 = scale * sum(_pope_channel(mag[:, c], mk[:, c], theta[c], delta[c]) for c in range(d))
     assert np.linalg.norm(L2, 2) <= S.pope_norm_bound(mag, mk, scale=scale) * (1 + 1e-12)
+
+
+def test_rope_learned_records_its_frequencies_over_training(tmp_path):
+  """frequencies.jsonl: θ at every evaluation, equal to the checkpoint's, and
+  the drift from RoPE's θ computed by hand."""
+  from pe_spectral import config, runner
+  rc = config.build("smoke", "distance", "rope_learned", steps=6)
+  wd = str(tmp_path / "run")
+  runner.run(rc, [0, 1], wd, runner.RunOptions(eval_every=3), runner.Hooks(notify=lambda m: None))
+  with open(os.path.join(wd, "frequencies.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  assert [r["step"] for r in rows] == [3, 6]
+  theta = np.asarray(rows[-1]["theta"])  # [seeds, layers, heads, F]
+  cfg = rc.model
+  assert theta.shape == (2, cfg.num_layers, cfg.num_heads, cfg.head_dim // 2)
+  run = runner.load_run(wd, notify=lambda m: None)
+  for layer in range(cfg.num_layers):
+    blocks = run.states["params"]["blocks"]
+    saved = np.asarray(blocks[layer if layer in blocks else str(layer)]["rope_theta"])
+    np.testing.assert_allclose(theta[:, layer], saved, rtol=1e-6)
+  theta0 = P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+  ratio = theta / theta0  # a frequency that crossed 0 is infinitely far (documented)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    by_hand = np.median(np.where(ratio > 0, np.abs(np.log(np.abs(ratio))), np.inf), axis=-1)
+  np.testing.assert_allclose(rows[-1]["drift_median"], by_hand, rtol=1e-9, atol=1e-12)
+  assert by_hand.max() > 0  # θ trains
+  assert os.path.exists(os.path.join(wd, "frequencies.png"))
