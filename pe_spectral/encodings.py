@@ -472,7 +472,15 @@ def load_module(spec: str) -> tuple[str, ...]:
 
 
 def unregister(name: str) -> None:
+  """Removes ``name``; a PE module that registered it counts as not loaded
+  (:func:`load_module` runs it again; a ``.py`` file is re-executed)."""
   REGISTRY.pop(name, None)
+  for spec, added in list(_LOADED.items()):
+    if name in added:
+      del _LOADED[spec]
+      for key in [k for k, m in sys.modules.items()
+                  if getattr(m, "__file__", None) == os.path.abspath(spec)]:
+        del sys.modules[key]
 
 
 def names() -> tuple[str, ...]:

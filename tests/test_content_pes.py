@@ -334,8 +334,12 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
   # the outside module is the built-in rope_learned by another name: equal at init
   from pe_spectral.model import ModelConfig as MC
   ids = jnp.asarray(np.random.default_rng(8).integers(1, 7, (2, 9)))
-  outs = [np.asarray(apply_model(*init_model(_cfg(pe, **kw), jax.random.key(0)), ids))
-          for pe, kw in (("rope_learned", {}), ("my_learned_rope", {"pe_module": str(mod)}))]
+  try:
+    outs = [np.asarray(apply_model(*init_model(_cfg(pe, **kw), jax.random.key(0)), ids))
+            for pe, kw in (("rope_learned", {}), ("my_learned_rope", {"pe_module": str(mod)}))]
+  finally:  # the registry is this process's: leave it as the other tests expect
+    encodings.unregister("my_learned_rope")
+  assert "my_learned_rope" not in encodings.names()
   np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
   assert MC is ModelConfig
   # a module that registers a taken name: one line, no traceback

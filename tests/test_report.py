@@ -5,6 +5,10 @@ import sys
 
 import numpy as np
 
+# the study's presets (study, deposit, long): registered on import, so that
+# this file passes alone as well as after another test imported the study
+import studies.arxiv_2505_13027.presets  # noqa: F401
+
 
 def _fixture_run(root, task, name, pe, acc, *, preset="study", faithful=False,
                  ablation=None, rope_heads=None, plateaued=True, config=None, flat=False):

@@ -19,8 +19,13 @@ from pe_spectral import stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS
-flags.DEFINE_string("results", os.path.join(HERE, "results"), "The committed runs.")
-flags.DEFINE_string("out", os.path.join(HERE, "RESULTS.md"), "Where to write.")
+
+
+def _define_flags() -> None:
+  """Only when run as a program: importing the module (tests, another
+  study's report in the same process) defines no flag."""
+  flags.DEFINE_string("results", os.path.join(HERE, "results"), "The committed runs.")
+  flags.DEFINE_string("out", os.path.join(HERE, "RESULTS.md"), "Where to write.")
 
 TASKS = ("even_pairs", "parity_check", "cycle_navigation", "modular_arithmetic")
 LABELS = ("nope", "sinusoidal", "rope", "alibi", "randomized")
@@ -139,4 +144,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
