@@ -251,3 +251,30 @@ def test_prediction_records_against_dense_eigenvalues():
     Prediction.from_dict({"pe": "rope", "rope_spread_vs_train": 1.0})
   with pytest.raises(ValueError, match="bias must be"):
     Prediction(pe="alibi", bias="wide")
+
+
+def test_long_lengths_evaluate_in_smaller_batches_with_the_same_numbers():
+  """experiments.lengths keeps batch * n^2 at the training length's: 1000
+  examples of 40 tokens -> 15 of 320 (1000 / 64, floored); the accuracies of
+  a smoke model are those of one big batch."""
+  import dataclasses
+
+  from experiments.lengths import eval_train_config
+  from pe_spectral import config, tasks, train
+  rc = config.build("smoke", "even_pairs", "rope")
+  cfg = dataclasses.replace(rc.train, eval_batch_size=1000)
+  assert eval_train_config(cfg, 40, 320).eval_batch_size == 15
+  assert eval_train_config(cfg, 40, 40) is cfg and eval_train_config(cfg, 40, 20) is cfg
+  assert eval_train_config(cfg, 40, 40_000).eval_batch_size == 1
+  n = 4 * rc.task.seq_len
+  d = tasks.generate(tasks.lengthened(rc.task, n), num_examples=300)
+  ids, labels = np.asarray(d.train_ids), np.asarray(d.train_labels)
+  big = dataclasses.replace(rc.train, eval_batch_size=len(ids))
+  small = eval_train_config(big, rc.task.seq_len, n)
+  assert small.eval_batch_size < big.eval_batch_size
+  accs = []
+  for tc in (big, small):
+    steps = train.make_steps(rc.model, rc.task, tc, 64)
+    state = train.jit_init(steps)(np.arange(2, dtype=np.uint32))
+    accs.append(np.asarray(train.jit_evaluate(steps)(state["params"], ids, labels)[0]))
+  np.testing.assert_allclose(accs[0], accs[1], atol=1e-6)
