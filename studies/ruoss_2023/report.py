@@ -39,7 +39,7 @@ def _load(root: str, task: str, label: str):
   if not os.path.exists(os.path.join(d, "lengths.json")):
     return None
   out = {}
-  for name in ("summary", "lengths", "ablation"):
+  for name in ("summary", "lengths", "ablation", "decompose"):
     p = os.path.join(d, name + ".json")
     if os.path.exists(p):
       with open(p) as f:
@@ -125,6 +125,18 @@ def report(root: str) -> str:
                  f"({sum(dep['per_seed'])}/{len(dep['per_seed'])} seeds; layer-0 largest "
                  f"single-head drops {', '.join(f'{t:.1f}' for t in dep['top'])} points, "
                  f"second largest {', '.join(f'{t:.1f}' for t in dep['second'])})")
+    dec = run.get("decompose")
+    if dec is not None:
+      ratio = np.asarray(dec["contraction_ratio_median"], float)  # [seeds, layers, heads]
+      per_layer = ", ".join(f"layer {i} {r:.3f}" for i, r in
+                            enumerate(np.median(ratio, axis=2).mean(0)))
+      text = (f"  trained-logit decomposition ({dec['examples']} test examples): contraction "
+              f"ratio spread(L)/spread(L at θ = 0), median over heads, mean over seeds: "
+              f"{per_layer}")
+      if "deposit_head_ratio_mean" in dec:
+        text += (f"; the ablation's largest-drop head {dec['deposit_head_ratio_mean']:.3f}, "
+                 f"the other heads {dec['other_heads_ratio_mean']:.3f}")
+      lines.append(text)
   lines += ["", "## Beside the published numbers", "",
             "Ruoss et al. (2023) report, per task and PE, accuracy averaged over test lengths "
             "beyond the training lengths (their main table). That table could not be retrieved "
