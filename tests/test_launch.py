@@ -251,6 +251,27 @@ def test_thesis_count_configuration_dry_run():
       assert arg in line.split(), (arg, line)
 
 
+def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
+  """--grid (tenth amendment): the --count runs' exact configuration for the
+  content-dependent PEs, each followed by its decomposition."""
+  out = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--grid", FORCE="1")
+  count = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--count", "rope", FORCE="1")
+  assert out.returncode == 0 and count.returncode == 0, out.stderr + count.stderr
+  lines = out.stdout.strip().splitlines()
+  sweeps = [line for line in lines if "experiments.sweep" in line]
+  assert [line.split("--pe=")[1].split()[0] for line in sweeps] == [
+      "pope", "alibi_data", "rope_learned"]
+  # the same flags as the committed count runs, but the PE and the workdir
+  ref = count.stdout.strip().split()
+  for line in sweeps:
+    pe = line.split("--pe=")[1].split()[0]
+    as_rope = (line.replace(f"--pe={pe}", "--pe=rope")
+               .replace(f"runs/grid-count/{pe}", "runs/thesis-count/rope"))
+    assert as_rope.split() == ref, (line, ref)
+  assert [line.split("--workdir=")[1] for line in lines if "experiments.decompose" in line] \
+      == [f"runs/grid-count/{pe}" for pe in ("pope", "alibi_data", "rope_learned")]
+
+
 def test_task2_cpu_runs_the_plans_dropout0_entries():
   from studies.arxiv_2505_13027 import plan as study
   out = _run(f"{STUDY}/launch/task2_cpu.sh", "--dry_run")

@@ -19,10 +19,16 @@
 # --count: the four PEs on Task 2 (counting, 48 tokens, dropout 0; the fourth
 # amendment), 24 epochs, seeds 0-4, in runs/thesis-count/ and
 # results/thesis-count/.
+# --grid: the content-dependent coupling grid (the tenth amendment): the same
+# Task 2 runs for alibi_data, pope and rope_learned, beside --count's alibi and
+# rope, in runs/grid-count/ and results/grid-count/, each followed by its
+# trained-logit decomposition (decompose.json) and, for rope_learned, its
+# recorded frequencies (frequencies.jsonl).
 # GIT_COMMIT=1 commits each finished PE's results/<dir>/<pe>/ (those paths only).
-#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count] [PE ...]
+#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count|--grid] [PE ...]
 #       (default: the four, rotary pair first; with --long/--longer/--last_rung:
-#       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope)
+#       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope;
+#       with --grid: pope alibi_data rope_learned)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
@@ -30,22 +36,26 @@ cd "$(dirname "$0")/../../.."
 if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 long=""
 count=""
+grid=""
 last_rung=""
 case "${1:-}" in
   --long) long=32; shift ;;
   --longer) long=64; shift ;;
   --last_rung) long=128; last_rung=1; shift ;;
   --count) count=1; shift ;;
+  --grid) count=1; grid=1; shift ;;
 esac
 PES=("$@")
 if [[ ${#PES[@]} -eq 0 ]]; then
-  if [[ -n "$count" ]]; then PES=(alibi_multiplicative alibi rope_additive rope)
+  if [[ -n "$grid" ]]; then PES=(pope alibi_data rope_learned)
+  elif [[ -n "$count" ]]; then PES=(alibi_multiplicative alibi rope_additive rope)
   elif [[ -n "$long" ]]; then PES=(rope_additive rope)
   else PES=(rope_additive rope alibi_multiplicative alibi); fi
 fi
 name=thesis
 [[ -z "$long" ]] || name="thesis-${long}ep"
 [[ -z "$count" ]] || name="thesis-count"
+[[ -z "$grid" ]] || name="grid-count"
 task=distance
 extra=()
 COUNT_EPOCHS=24
@@ -83,10 +93,16 @@ for pe in "${PES[@]}"; do
   run_or_print "$PY" -m experiments.sweep --preset=cpu --task="$task" --pe="$pe" \
     --seeds="$seeds" --epochs="$epochs" --record_spectra=16 --record_curvature=64 \
     --workdir="$wd" "${extra[@]}"
+  if [[ -n "$grid" ]]; then
+    run_or_print "$PY" -m experiments.decompose --workdir="$wd"
+  fi
   [ "$DRY_RUN" -eq 0 ] || continue
   mkdir -p "$out"
   cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/steps.jsonl \
     "$wd"/spectra.jsonl "$wd"/curvature.jsonl "$out"/
+  for extra_file in decompose.json frequencies.jsonl; do
+    [[ ! -f "$wd/$extra_file" ]] || cp "$wd/$extra_file" "$out"/
+  done
   if [[ -n "${GIT_COMMIT:-}" ]]; then
     "$PY" -c 'import sys
 from studies.arxiv_2505_13027.plan import git_commit
