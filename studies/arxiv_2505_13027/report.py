@@ -66,9 +66,13 @@ flags.DEFINE_list("thesis", [os.path.join(RESULTS, "thesis"),
 flags.DEFINE_list("thesis_count", [os.path.join(RESULTS, "thesis-count")],
                   "Directories of the coupling study's Task 2 runs (launch/thesis_cpu.sh "
                   "--count; study.md, fourth amendment), judged on their own.")
+flags.DEFINE_string("grid", os.path.join(RESULTS, "grid-count"),
+                    "(h)'s content-dependent runs (the tenth amendment); their static twins "
+                    "are read from the first --thesis_count directory.")
 
 from pe_spectral.workdir import load_runs  # noqa: E402
 from studies.arxiv_2505_13027 import claims as rules  # noqa: E402
+from studies.arxiv_2505_13027 import grid  # noqa: E402
 from studies.arxiv_2505_13027 import plan as study  # noqa: E402
 from studies.arxiv_2505_13027.claims import (  # noqa: E402
   CONVERGED_FRAC,
@@ -782,6 +786,9 @@ def main(argv):
                    thesis_count_superseded=count_superseded,
                    pilots=load_runs(FLAGS.pilots, depth=1), runs_dir=FLAGS.runs)
   text = render(report, FLAGS.out, FLAGS.figdir)
+  grid_runs = grid.load_grid(FLAGS.grid, FLAGS.thesis_count[0] if FLAGS.thesis_count else "")
+  if any(pe in grid_runs for pe, _, _ in grid.GRID_PAIRS):  # once a grid run is committed
+    text += "\n" + "\n".join(grid.grid_section(grid_runs))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

@@ -1,0 +1,125 @@
+"""(h), the content-dependent coupling grid (study.md, tenth amendment).
+
+Pairs a content-dependent PE with its static twin on the fourth amendment's
+Task 2 runs: ``pope`` vs ``rope`` (multiplicative: contraction ratio) and
+``alibi_data`` vs ``alibi`` (additive: widening ratio), each measured on the
+run's last ``spectra.jsonl`` row (median over heads, geometric mean over
+layers, per seed), and the examples to 90 % of the final test accuracy.
+``rope_learned`` is described (frequency drift), not judged. Pure functions
+of loaded runs (``rules.load``); :func:`grid_section` renders them.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from pe_spectral import stats
+from studies.arxiv_2505_13027 import claims
+
+# (content-dependent, static, coupling measure)
+GRID_PAIRS = (("pope", "rope", "contraction_ratio"),
+              ("alibi_data", "alibi", "widening_ratio"))
+DESCRIBED = ("rope_learned",)
+
+
+def load_grid(grid_dir: str, count_dir: str) -> dict:
+  """``{pe: run}``: the grid's new runs and the static members' count runs."""
+  out = {}
+  for root, pes in ((grid_dir, [p for p, _, _ in GRID_PAIRS] + list(DESCRIBED)),
+                    (count_dir, [s for _, s, _ in GRID_PAIRS])):
+    for pe in pes:
+      d = os.path.join(root, pe)
+      if os.path.exists(os.path.join(d, "summary.json")):
+        out[pe] = claims.load(d)
+        freq = os.path.join(d, "frequencies.jsonl")
+        if os.path.exists(freq):
+          with open(freq) as f:
+            out[pe]["frequencies"] = [json.loads(line) for line in f if line.strip()]
+  return out
+
+
+def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
+  """``[seeds]``: the last spectra row's ``measure`` ``[seeds, layers, heads]``,
+  median over heads, geometric mean over layers."""
+  row = run["spectra"][-1]
+  per_layer = np.median(np.asarray(row[measure], np.float64), axis=-1)  # [seeds, layers]
+  return np.exp(np.mean(np.log(per_layer), axis=-1))
+
+
+def _statement(p: dict, what: str, higher: str, lower: str) -> str:
+  if p["lo"] > 0:
+    word = f"changes: {higher}"
+  elif p["hi"] < 0:
+    word = f"changes: {lower}"
+  else:
+    word = "no change detected"
+  return (f"{word} ({what} {p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}], "
+          f"{p['wins']}/{p['n']} seeds higher, sign-flip p = {p['p']:.3f})")
+
+
+def claim_h(runs: dict) -> list[dict]:
+  """One dict per (pair, measure): ``pair``, ``measure``, ``statement``."""
+  out = []
+  for dyn, static, measure in GRID_PAIRS:
+    for kind in ("spectrum", "examples"):
+      row = {"pair": f"{dyn} vs {static}", "measure": kind}
+      missing = [pe for pe in (dyn, static) if pe not in runs]
+      if missing:
+        row["statement"] = "not run yet (" + ", ".join(missing) + ")"
+        out.append(row)
+        continue
+      a, b = runs[dyn], runs[static]
+      unconverged = [pe for pe, r in ((dyn, a), (static, b)) if not claims.thesis_converged(r)]
+      if unconverged:
+        row["statement"] = "inconclusive (not converged: " + ", ".join(unconverged) + ")"
+        out.append(row)
+        continue
+      seeds_a, seeds_b = a["summary"]["seeds"], b["summary"]["seeds"]
+      if kind == "spectrum":
+        p = stats.paired(np.log(coupling_per_seed(a, measure)),
+                         np.log(coupling_per_seed(b, measure)), seeds_a=seeds_a, seeds_b=seeds_b)
+        more, less = (("contracts less", "contracts more") if measure == "contraction_ratio"
+                      else ("widens more", "widens less"))
+        row["statement"] = _statement(p, f"log {measure.replace('_', ' ')} difference",
+                                      f"{dyn} {more}", f"{dyn} {less}")
+      else:
+        ea = stats.examples_to_threshold(a["metrics"])
+        eb = stats.examples_to_threshold(b["metrics"])
+        p = stats.paired(np.log(ea), np.log(eb), seeds_a=seeds_a, seeds_b=seeds_b)
+        row["statement"] = _statement(p, "log examples-to-threshold difference",
+                                      f"{dyn} needs more examples", f"{dyn} needs fewer examples")
+      out.append(row)
+  return out
+
+
+def grid_section(runs: dict) -> list[str]:
+  """RESULTS.md's section for (h)."""
+  lines = ["## (h) The content-dependent coupling grid (Task 2, dropout 0, 24 epochs, seeds 0-4)",
+           "", "Registered in study.md's tenth amendment; measures from each run's last "
+           "`spectra.jsonl` row (16 test examples). CARoPE is not implemented (its form "
+           "could not be retrieved here).", "",
+           "| PE | test acc % | plateaued | contraction ratio | widening ratio | "
+           "examples to 90 % (median) |", "|---|---|---|---|---|---|"]
+  for pe in ("rope", "pope", "rope_learned", "alibi", "alibi_data"):
+    r = runs.get(pe)
+    if r is None:
+      lines.append(f"| {pe} | not run yet | | | | |")
+      continue
+    acc = 100 * np.mean(r["summary"]["test_accuracy"])
+    plat = r["summary"]["plateau"]["per_seed"]
+    cells = [f"{np.mean(coupling_per_seed(r, m)):.3f}" if r.get("spectra") else "n/a"
+             for m in ("contraction_ratio", "widening_ratio")]
+    ex = np.median(stats.examples_to_threshold(r["metrics"]))
+    lines.append(f"| {pe} | {acc:.1f} | {sum(plat)}/{len(plat)} | {cells[0]} | {cells[1]} | "
+                 f"{ex:,.0f} |")
+  lines += ["", "| pair | measure | statement |", "|---|---|---|"]
+  lines += [f"| {c['pair']} | {c['measure']} | {c['statement']} |" for c in claim_h(runs)]
+  rl = runs.get("rope_learned")
+  if rl is not None and rl.get("frequencies"):
+    drift = np.asarray(rl["frequencies"][-1]["drift_median"], np.float64)  # [S, L, H]
+    lines += ["", "rope_learned: median |log θ/θ₀| per layer (mean over seeds, max over "
+              "heads): " + ", ".join(f"layer {i} {d:.3f}" for i, d in
+                                     enumerate(np.max(drift.mean(0), axis=-1)))]
+  return lines + [""]
