@@ -11,7 +11,8 @@ SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm
            "launch/gpu_check.sh"] + [
     f"{STUDY}/launch/{name}" for name in (
         "study_gpu.sh", "reproduce_cpu.sh", "reproduce_paper.sh", "lengths_cpu.sh",
-        "thesis_cpu.sh", "task2_cpu.sh", "study_cpu.sh", "gpu_decide.sh")]
+        "thesis_cpu.sh", "task2_cpu.sh", "study_cpu.sh", "gpu_decide.sh")] + [
+    "studies/ruoss_2023/launch/zoo_cpu.sh"]
 
 
 def _copy_launch_trees(root):
@@ -335,3 +336,21 @@ def test_study_cpu_queue_goes_on_after_a_failed_run(tmp_path):
   assert "distance/nope-faithful-deposit failed" in out.stderr
   assert out.stderr.strip().splitlines()[-1] == (
       "error: 1 run(s) failed: distance/nope-faithful-deposit")
+
+
+def test_ruoss_zoo_dry_run_is_the_registered_design():
+  """studies/ruoss_2023/study.md: five PEs x 5 seeds at the cpu preset, the
+  length tool at 1, 2, 4, 8x, and Q3's ablation + decomposition on even_pairs'
+  rope and nope only."""
+  out = _run("studies/ruoss_2023/launch/zoo_cpu.sh", "--dry_run", "even_pairs", "parity_check",
+             FORCE="1")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  sweeps = [line for line in lines if "experiments.sweep" in line]
+  assert len(sweeps) == 10
+  assert all("--preset=cpu" in line and "--seeds=5" in line for line in sweeps)
+  assert sum("--pe=rope --random_positions=320" in line for line in sweeps) == 2
+  assert all(line.endswith("--factors=1,2,4,8") for line in lines if "experiments.lengths" in line)
+  q3 = [line.split("--workdir=")[1] for line in lines
+        if "experiments.ablate" in line or "experiments.decompose" in line]
+  assert q3 == ["runs/ruoss_2023/even_pairs/nope"] * 2 + ["runs/ruoss_2023/even_pairs/rope"] * 2

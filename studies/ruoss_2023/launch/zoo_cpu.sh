@@ -2,7 +2,7 @@
 # The zoo on Ruoss et al.'s four single-output tasks, CPU-sized (study.md):
 # for each task and PE, a 5-seed `cpu`-preset sweep (lengths 1..40), the length
 # tool at 40, 80, 160 and 320 tokens, and -- for even_pairs' rope and nope --
-# the test-split head ablation. Each finished run's small files are copied to
+# the test-split head ablation and the trained-logit decomposition (Q3). Each finished run's small files are copied to
 # results/<task>/<label>/ so the report rebuilds from git; a run already there
 # is skipped (FORCE=1 redoes it); an interrupted run resumes from runs/.
 #   studies/ruoss_2023/launch/zoo_cpu.sh [--dry_run] [TASK ...]
@@ -38,11 +38,14 @@ for task in "${TASKS[@]}"; do
     run_or_print python -m experiments.lengths --workdir="$wd" --factors=1,2,4,8
     if [[ "$task" == even_pairs && ( "$label" == rope || "$label" == nope ) ]]; then
       run_or_print python -m experiments.ablate --workdir="$wd"
+      run_or_print python -m experiments.decompose --workdir="$wd"
     fi
     if [[ "$DRY_RUN" -eq 0 ]]; then
       mkdir -p "$out"
       cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/lengths.json "$out"/
-      [[ -f "$wd/ablation.json" ]] && cp "$wd/ablation.json" "$out"/
+      for f in ablation.json decompose.json; do
+        [[ ! -f "$wd/$f" ]] || cp "$wd/$f" "$out"/
+      done
     fi
   done
 done
