@@ -24,7 +24,6 @@ length (learned absolute positions) is reported as such, never clamped.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -75,19 +74,6 @@ def _factors(values) -> list[float]:
   return sorted(set(out))
 
 
-def eval_train_config(train_cfg, train_len: int, n: int):
-  """``train_cfg`` with an evaluation batch that keeps the attention's
-  ``[batch, heads, n, n]`` memory of the training length at ``n`` tokens
-  (``batch · n² <= eval_batch_size · train_len²``): at 8x the length a
-  1,000-example batch would need 64x the memory (a 5-seed cpu-preset run at
-  320 tokens was killed for it on a 24 GiB machine). The same numbers: only
-  the batching changes (and with it randomized positions' per-batch draws)."""
-  if n <= train_len:
-    return train_cfg
-  bs = max(1, int(train_cfg.eval_batch_size * (train_len / n) ** 2))
-  return dataclasses.replace(train_cfg, eval_batch_size=bs)
-
-
 def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
                      rope_scaling: str, log=print) -> dict:
   """The ``lengths.json`` dict of one workdir (see module docstring)."""
@@ -122,8 +108,8 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
     if rope_scaling != "none":
       model = model.replace(rope_scaling=rope_scaling, rope_scaling_factor=max(
           1.0, ids.shape[1] / train_len), rope_scaling_original_len=train_len)
-    evaluate = train.jit_evaluate(train.make_steps(model, rc.task,
-                                                   eval_train_config(rc.train, train_len, n),
+    batching = extrapolation.eval_train_config(rc.train, train_len, n)
+    evaluate = train.jit_evaluate(train.make_steps(model, rc.task, batching,
                                                    run.steps.num_train))
     row = {"factor": f, "seq_len": n, "input_len": int(ids.shape[1]),
            "num_examples": int(ids.shape[0])}

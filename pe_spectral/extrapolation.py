@@ -128,3 +128,16 @@ def predict(cfg, params, n: int, train_len: int) -> Prediction:
     need = spectral.rope_min_base(n, d)
     out.update(rope_min_base=need, rope_base=base, rope_base_feasible=bool(base >= need))
   return Prediction(pe=enc.name, **out)
+
+
+def eval_train_config(train_cfg, train_len: int, n: int):
+  """``train_cfg`` with an evaluation batch that keeps the attention's
+  ``[batch, heads, n, n]`` memory of the training length at ``n`` tokens
+  (``batch · n² <= eval_batch_size · train_len²``): at 8x the length a
+  1,000-example batch would need 64x the memory (a 5-seed cpu-preset run at
+  320 tokens was killed for it on a 24 GiB machine). The same numbers: only
+  the batching changes (and with it randomized positions' per-batch draws)."""
+  if n <= train_len:
+    return train_cfg
+  bs = max(1, int(train_cfg.eval_batch_size * (train_len / n) ** 2))
+  return dataclasses.replace(train_cfg, eval_batch_size=bs)

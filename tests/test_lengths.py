@@ -259,8 +259,8 @@ def test_long_lengths_evaluate_in_smaller_batches_with_the_same_numbers():
   a smoke model are those of one big batch."""
   import dataclasses
 
-  from experiments.lengths import eval_train_config
   from pe_spectral import config, tasks, train
+  from pe_spectral.extrapolation import eval_train_config
   rc = config.build("smoke", "even_pairs", "rope")
   cfg = dataclasses.replace(rc.train, eval_batch_size=1000)
   assert eval_train_config(cfg, 40, 320).eval_batch_size == 15
