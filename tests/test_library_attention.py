@@ -16,7 +16,7 @@ from pe_spectral.model import ModelConfig, apply_model, init_model
 # bias, or that only change the input: what the issue asks the path to serve
 SERVED = {"nope", "sinusoidal", "learned", "rope", "partial_rope", "rope_sinusoidal", "p_rope",
           "xpos", "mla", "alibi", "relative", "kerple_log", "kerple_power", "fire",
-          "rope_additive"}
+          "rope_additive", "pope", "rope_learned", "alibi_data"}
 
 
 @pytest.fixture(autouse=True)
