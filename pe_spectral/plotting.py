@@ -226,12 +226,9 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
   srank = np.asarray([r["stable_rank"] for r in rows]).mean(1)
   _, layers, heads = ratio.shape
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=110)
-  cmap = plt.get_cmap("tab10")
-  for l in range(layers):
-    for h in range(heads):
-      style = dict(color=cmap(h % 10), ls=["-", "--", ":", "-."][l % 4])
-      a1.plot(steps, ratio[:, l, h], label=f"{l}.{h}", **style)
-      a2.plot(steps, srank[:, l, h], **style)
+  for l, h, style in _head_styles(layers, heads):
+    a1.plot(steps, ratio[:, l, h], label=f"{l}.{h}", **style)
+    a2.plot(steps, srank[:, l, h], **style)
   a1.axhline(1.0, color="k", lw=0.8)
   a1.set_ylabel("spread(S(L)) / spread(S(L_θ=0))")
   a2.set_ylabel("stable rank of row-centred L")
@@ -241,6 +238,15 @@ def spectra_over_training(rows: list[dict], path: str, title: str = "") -> None:
   a1.legend(fontsize=6, ncol=2, title="layer.head", title_fontsize=6)
   fig.suptitle(title + " — medians over probe examples, mean over seeds", fontsize=9)
   save_figure(fig, path)
+
+
+def _head_styles(layers: int, heads: int):
+  """``(layer, head, style)`` for every layer.head: one colour per head, one
+  line style per layer (the per-head curves of the training figures)."""
+  cmap = plt.get_cmap("tab10")
+  for l in range(layers):
+    for h in range(heads):
+      yield l, h, dict(color=cmap(h % 10), ls=["-", "--", ":", "-."][l % 4])
 
 
 def frequencies_over_training(rows: list[dict], theta0, path: str, title: str = "") -> None:
@@ -254,12 +260,9 @@ def frequencies_over_training(rows: list[dict], theta0, path: str, title: str = 
   final = np.asarray(rows[-1]["theta"]).mean(0)                   # [L, H, F]
   _, layers, heads = drift.shape
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=110)
-  cmap = plt.get_cmap("tab10")
-  for l in range(layers):
-    for h in range(heads):
-      style = dict(color=cmap(h % 10), ls=["-", "--", ":", "-."][l % 4])
-      a1.plot(steps, drift[:, l, h], label=f"{l}.{h}", **style)
-      a2.plot(theta0, final[l, h], marker=".", **style)
+  for l, h, style in _head_styles(layers, heads):
+    a1.plot(steps, drift[:, l, h], label=f"{l}.{h}", **style)
+    a2.plot(theta0, final[l, h], marker=".", **style)
   a2.plot(theta0, theta0, color="k", lw=0.8)
   a1.set_xlabel("step")
   a1.set_ylabel("median |log θ/θ₀| over frequencies")
