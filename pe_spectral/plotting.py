@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["accuracy_curves", "learning_curves", "ablation_per_seed", "seed_band", "save_figure",
+__all__ = ["accuracy_curves", "learning_curves", "ratio_curves", "ablation_per_seed", "seed_band", "save_figure",
            "attention_maps", "length_curves"]
 
 
@@ -284,7 +284,7 @@ def learning_curves(curves: list[dict], path: str, title: str = "", *,
   dashed vertical line.
 
   ``curves``: dicts with ``label`` and ``records`` (``metrics.jsonl`` rows
-  holding ``examples_seen`` and the per-seed ``metric``).
+  holding ``examples_seen`` and the per-seed ``metric``), optionally ``color``.
   """
   if not curves:
     return
@@ -294,7 +294,7 @@ def learning_curves(curves: list[dict], path: str, title: str = "", *,
     recs = c["records"]
     x = np.asarray([r.get("examples_seen", r["step"]) for r in recs], float)
     a = np.asarray([r[metric] for r in recs], float) * 100.0  # [evals, seeds]
-    col = colors[i % len(colors)]
+    col = c.get("color", colors[i % len(colors)])
     ax.plot(x, a.mean(1), color=col, lw=1.4, label=c["label"],
             ls="--" if c.get("dashed") else "-")
     ax.fill_between(x, a.min(1), a.max(1), color=col, alpha=0.12, lw=0)
@@ -309,6 +309,38 @@ def learning_curves(curves: list[dict], path: str, title: str = "", *,
   ax.grid(alpha=0.3, which="both")
   ax.set_title(title + " (line: mean over seeds; band: min..max)", fontsize=9)
   ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+  save_figure(fig, path)
+
+
+def ratio_curves(panels: dict, path: str, title: str = "") -> None:
+  """One panel per measure (``{ylabel: curves}``), one line per run: the
+  per-seed values ``[evals, seeds]`` against examples seen (log x); line =
+  mean over seeds, band = min..max; a black line at 1 (no change).
+
+  ``curves``: dicts with ``label``, ``x`` ``[evals]``, ``values`` and
+  optionally ``color``.
+  """
+  panels = {k: v for k, v in panels.items() if v}
+  if not panels:
+    return
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.6), dpi=110,
+                           squeeze=False)
+  colors = plt.cm.tab10.colors
+  for ax, (ylabel, curves) in zip(axes[0], panels.items()):
+    for i, c in enumerate(curves):
+      x = np.asarray(c["x"], float)
+      v = np.asarray(c["values"], float)  # [evals, seeds]
+      col = c.get("color", colors[i % len(colors)])
+      ax.plot(x, v.mean(1), color=col, lw=1.4, label=c["label"])
+      ax.fill_between(x, v.min(1), v.max(1), color=col, alpha=0.15, lw=0)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("training examples seen per model (log scale)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+  fig.suptitle(title + " (line: mean over seeds; band: min..max)", fontsize=9)
   save_figure(fig, path)
 
 

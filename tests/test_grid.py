@@ -26,7 +26,7 @@ def _run(root, pe, *, ratio, examples, plateaued=(True,) * 5, measure="contracti
       acc = [1.0 if seen >= examples[s] else 0.5 for s in range(5)]
       f.write(json.dumps({"step": seen, "examples_seen": seen, "test_accuracy": acc}) + "\n")
   other = "widening_ratio" if measure == "contraction_ratio" else "contraction_ratio"
-  row = {"step": 9, measure: [[[r] * 4] * 2 for r in ratio], other: [[[1.0] * 4] * 2] * 5}
+  row = {"step": 1000, measure: [[[r] * 4] * 2 for r in ratio], other: [[[1.0] * 4] * 2] * 5}
   with open(os.path.join(d, "spectra.jsonl"), "w") as f:
     f.write(json.dumps(row) + "\n")
 
@@ -53,3 +53,53 @@ def test_claim_h_by_hand(tmp_path):
       "inconclusive (not converged: alibi_data)"
   text = "\n".join(grid.grid_section(runs))
   assert "| rope_learned | not run yet" in text and "| pope | 100.0 | 5/5 | 0.900 |" in text
+
+
+def test_grid_per_layer_table_and_figures(tmp_path):
+  """The per-layer table reads each layer's median over heads, mean over
+  seeds (here: layer 0 heads {0.5, 0.6, 0.7, 2.0} -> 0.65, layer 1 all 0.9,
+  seed 1 shifted by +0.1); the figures are drawn from the same runs."""
+  from pe_spectral import config as C
+  from pe_spectral import encodings
+  g, c = str(tmp_path / "grid"), str(tmp_path / "count")
+  _run(c, "rope", ratio=[0.8] * 5, examples=[1000] * 5)
+  _run(g, "pope", ratio=[0.9] * 5, examples=[1000] * 5)
+  rows = []
+  for s in range(5):
+    shift = 0.1 if s == 1 else 0.0
+    rows.append([[0.5 + shift, 0.6 + shift, 0.7 + shift, 2.0], [0.9 + shift] * 4])
+  path = os.path.join(g, "pope", "spectra.jsonl")
+  with open(path, "w") as f:
+    f.write(json.dumps({"step": 1000, "contraction_ratio": rows,
+                        "widening_ratio": [[[1.0] * 4] * 2] * 5}) + "\n")
+  # rope_learned with two recorded evaluations of its trained frequencies
+  _run(g, "rope_learned", ratio=[0.95] * 5, examples=[1000] * 5)
+  model = C.build("smoke", "count", "rope_learned").model
+  with open(os.path.join(g, "rope_learned", "config.json"), "w") as f:
+    json.dump({"run": {"model": model.to_dict(), "train": {"epochs": 24}}}, f)
+  theta0 = encodings.get("rope_learned").frequencies(model)
+  freq_rows = []
+  for step, scale in ((1000, 1.0), (2000, 1.5)):
+    theta = np.broadcast_to(theta0 * scale, (5, model.num_layers, model.num_heads,
+                                             len(theta0)))
+    freq_rows.append({"step": step, "theta": theta.tolist(),
+                      "drift_median": np.full((5, model.num_layers, model.num_heads),
+                                              abs(np.log(scale))).tolist()})
+  with open(os.path.join(g, "rope_learned", "frequencies.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in freq_rows)
+  runs = grid.load_grid(g, c)
+  # oracle: per seed, the median of 4 heads is the mean of the middle two
+  layer0 = np.mean([(0.6 + 0.7) / 2 + (0.1 if s == 1 else 0.0) for s in range(5)])
+  layer1 = np.mean([0.9 + (0.1 if s == 1 else 0.0) for s in range(5)])
+  np.testing.assert_allclose(grid.coupling_per_layer(runs["pope"], "contraction_ratio"),
+                             [layer0, layer1], rtol=1e-12)
+  text = "\n".join(grid.grid_section(runs))
+  assert f"| pope | {layer0:.3f} | {layer1:.3f} | 1.000 | 1.000 |" in text
+  assert "rope_learned: median |log θ/θ₀| per layer" in text
+  assert f"layer 0 {np.log(1.5):.3f}" in text
+  figdir = str(tmp_path / "fig")
+  lines = grid.grid_figures(runs, figdir, "figs")
+  drawn = sorted(os.listdir(figdir))
+  assert drawn == ["grid_coupling.png", "grid_curves.png", "grid_rope_learned_frequencies.png"]
+  assert sum(line.startswith("![") for line in lines) == 3
+  assert "(figs/grid_curves.png)" in "\n".join(lines)

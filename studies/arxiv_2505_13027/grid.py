@@ -15,13 +15,15 @@ import os
 
 import numpy as np
 
-from pe_spectral import stats
+from pe_spectral import encodings, plotting, stats
+from pe_spectral.model import ModelConfig
 from studies.arxiv_2505_13027 import claims
 
 # (content-dependent, static, coupling measure)
 GRID_PAIRS = (("pope", "rope", "contraction_ratio"),
               ("alibi_data", "alibi", "widening_ratio"))
 DESCRIBED = ("rope_learned",)
+GRID_ORDER = ("rope", "pope", "rope_learned", "alibi", "alibi_data")
 
 
 def load_grid(grid_dir: str, count_dir: str) -> dict:
@@ -38,6 +40,13 @@ def load_grid(grid_dir: str, count_dir: str) -> dict:
           with open(freq) as f:
             out[pe]["frequencies"] = [json.loads(line) for line in f if line.strip()]
   return out
+
+
+def coupling_per_layer(run: dict, measure: str) -> np.ndarray:
+  """``[layers]``: the last spectra row's ``measure``, median over heads, mean
+  over seeds."""
+  row = run["spectra"][-1]
+  return np.median(np.asarray(row[measure], np.float64), axis=-1).mean(axis=0)
 
 
 def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
@@ -102,7 +111,7 @@ def grid_section(runs: dict) -> list[str]:
            "could not be retrieved here).", "",
            "| PE | test acc % | plateaued | contraction ratio | widening ratio | "
            "examples to 90 % (median) |", "|---|---|---|---|---|---|"]
-  for pe in ("rope", "pope", "rope_learned", "alibi", "alibi_data"):
+  for pe in GRID_ORDER:
     r = runs.get(pe)
     if r is None:
       lines.append(f"| {pe} | not run yet | | | | |")
@@ -116,6 +125,17 @@ def grid_section(runs: dict) -> list[str]:
                  f"{ex:,.0f} |")
   lines += ["", "| pair | measure | statement |", "|---|---|---|"]
   lines += [f"| {c['pair']} | {c['measure']} | {c['statement']} |" for c in claim_h(runs)]
+  layered = [(pe, runs[pe]) for pe in GRID_ORDER if pe in runs and runs[pe].get("spectra")]
+  if layered:
+    layers = len(coupling_per_layer(layered[0][1], "contraction_ratio"))
+    lines += ["", "Per layer (median over heads, mean over seeds):", "",
+              "| PE | " + " | ".join(f"contraction L{i}" for i in range(layers)) + " | "
+              + " | ".join(f"widening L{i}" for i in range(layers)) + " |",
+              "|---|" + "---|" * (2 * layers)]
+    for pe, r in layered:
+      cells = [f"{v:.3f}" for m in ("contraction_ratio", "widening_ratio")
+               for v in coupling_per_layer(r, m)]
+      lines.append(f"| {pe} | " + " | ".join(cells) + " |")
   rl = runs.get("rope_learned")
   if rl is not None and rl.get("frequencies"):
     drift = np.asarray(rl["frequencies"][-1]["drift_median"], np.float64)  # [S, L, H]
@@ -123,3 +143,61 @@ def grid_section(runs: dict) -> list[str]:
               "heads): " + ", ".join(f"layer {i} {d:.3f}" for i, d in
                                      enumerate(np.max(drift.mean(0), axis=-1)))]
   return lines + [""]
+
+
+def _ratio_over_training(run: dict, measure: str) -> tuple[list, np.ndarray]:
+  """Examples seen at each spectra row and the row's ``measure`` per seed
+  ``[rows, seeds]`` (median over heads, geometric mean over layers)."""
+  seen = {m["step"]: m["examples_seen"] for m in run["metrics"]}
+  rows = [r for r in run["spectra"] if r["step"] in seen]
+  vals = [np.exp(np.mean(np.log(np.median(np.asarray(r[measure], np.float64), axis=-1)),
+                         axis=-1)) for r in rows]
+  return [seen[r["step"]] for r in rows], np.asarray(vals)
+
+
+def _color(pe: str):
+  """One colour per grid PE, the same in every (h) figure."""
+  return plotting.plt.cm.tab10.colors[GRID_ORDER.index(pe)]
+
+
+def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
+  """Draws (h)'s figures under ``figdir``: the learning curves, each
+  multiplicative PE's contraction and each additive PE's widening over
+  training, and rope_learned's frequencies; returns RESULTS.md's lines that
+  show them (``rel``: ``figdir`` as the Markdown file sees it)."""
+  present = [pe for pe in GRID_ORDER if pe in runs]
+  if not present:
+    return []
+  os.makedirs(figdir, exist_ok=True)
+  lines = []
+  curves = [{"label": f"{pe} ({sum(runs[pe]['summary']['plateau']['per_seed'])}/"
+                      f"{len(runs[pe]['summary']['plateau']['per_seed'])} plateaued)",
+             "records": runs[pe]["metrics"], "color": _color(pe)} for pe in present]
+  plotting.learning_curves(curves, os.path.join(figdir, "grid_curves.png"),
+                           "(h) grid: Task 2, cpu, dropout 0, 24 epochs")
+  lines += [f"![(h) learning curves]({rel}/grid_curves.png)", ""]
+  panels = {}
+  for measure, label in (("contraction_ratio", "contraction ratio (spread vs θ = 0)"),
+                         ("widening_ratio", "widening ratio (spread vs no bias)")):
+    curves = []
+    for pe in present:
+      coupling = runs[pe]["coupling"]
+      if runs[pe].get("spectra") and (("multiplicative" in coupling)
+                                      == (measure == "contraction_ratio")):
+        x, v = _ratio_over_training(runs[pe], measure)
+        if x:  # spectra rows recorded at evaluation steps
+          curves.append({"label": pe, "x": x, "values": v, "color": _color(pe)})
+    panels[label] = curves
+  if any(panels.values()):
+    plotting.ratio_curves(panels, os.path.join(figdir, "grid_coupling.png"),
+                          "(h) grid: coupling over training (16 test examples' logits)")
+    lines += [f"![(h) coupling over training]({rel}/grid_coupling.png)", ""]
+  rl = runs.get("rope_learned")
+  if rl is not None and rl.get("frequencies"):
+    cfg = ModelConfig.from_dict(rl["config"]["run"]["model"])
+    theta0 = encodings.get("rope_learned").frequencies(cfg)
+    plotting.frequencies_over_training(rl["frequencies"], theta0,
+                                       os.path.join(figdir, "grid_rope_learned_frequencies.png"),
+                                       "(h) rope_learned")
+    lines.append(f"![(h) rope_learned frequencies]({rel}/grid_rope_learned_frequencies.png)")
+  return ["", *lines]
