@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["accuracy_curves", "learning_curves", "ratio_curves", "ablation_per_seed", "seed_band", "save_figure",
-           "attention_maps", "length_curves"]
+__all__ = ["accuracy_curves", "learning_curves", "ratio_curves", "ablation_per_seed",
+           "seed_band", "save_figure", "attention_maps", "length_curves"]
 
 
 def seed_band(ax, x, per_seed, label, color):

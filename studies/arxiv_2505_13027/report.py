@@ -788,7 +788,8 @@ def main(argv):
   text = render(report, FLAGS.out, FLAGS.figdir)
   grid_runs = grid.load_grid(FLAGS.grid, FLAGS.thesis_count[0] if FLAGS.thesis_count else "")
   if any(pe in grid_runs for pe, _, _ in grid.GRID_PAIRS):  # once a grid run is committed
-    rel = os.path.relpath(os.path.abspath(FLAGS.figdir), os.path.dirname(os.path.abspath(FLAGS.out)))
+    rel = os.path.relpath(os.path.abspath(FLAGS.figdir),
+                          os.path.dirname(os.path.abspath(FLAGS.out)))
     text += "\n" + "\n".join(grid.grid_section(grid_runs)
                              + grid.grid_figures(grid_runs, FLAGS.figdir, rel))
   if os.path.exists(FLAGS.out):
