@@ -79,14 +79,20 @@ def test_grid_per_layer_table_and_figures(tmp_path):
     json.dump({"run": {"model": model.to_dict(), "train": {"epochs": 24}}}, f)
   theta0 = encodings.get("rope_learned").frequencies(model)
   freq_rows = []
+  shape = (5, model.num_layers, model.num_heads)
   for step, scale in ((1000, 1.0), (2000, 1.5)):
-    theta = np.broadcast_to(theta0 * scale, (5, model.num_layers, model.num_heads,
-                                             len(theta0)))
-    freq_rows.append({"step": step, "theta": theta.tolist(),
-                      "drift_median": np.full((5, model.num_layers, model.num_heads),
-                                              abs(np.log(scale))).tolist()})
+    theta = np.broadcast_to(theta0 * scale, shape + (len(theta0),))
+    drift = np.full(shape, abs(np.log(scale)))
+    drift[:, 0, 1] *= 4.0  # head 0.1 moved 4x as far as the others
+    freq_rows.append({"step": step, "theta": theta.tolist(), "drift_median": drift.tolist()})
   with open(os.path.join(g, "rope_learned", "frequencies.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in freq_rows)
+  # its head ablation: head 0.1 is the largest drop in seeds 0-3, head 1.0 in seed 4
+  drop = np.full(shape, 0.01)
+  drop[:4, 0, 1] = drop[4, 1, 0] = 0.3
+  argmax = [[0, 1]] * 4 + [[1, 0]]
+  with open(os.path.join(g, "rope_learned", "ablation.json"), "w") as f:
+    json.dump({"drop": drop.tolist(), "argmax_head": argmax, "seeds": list(range(5))}, f)
   runs = grid.load_grid(g, c)
   # oracle: per seed, the median of 4 heads is the mean of the middle two
   layer0 = np.mean([(0.6 + 0.7) / 2 + (0.1 if s == 1 else 0.0) for s in range(5)])
@@ -96,7 +102,10 @@ def test_grid_per_layer_table_and_figures(tmp_path):
   text = "\n".join(grid.grid_section(runs))
   assert f"| pope | {layer0:.3f} | {layer1:.3f} | 1.000 | 1.000 |" in text
   assert "rope_learned: median |log θ/θ₀| per layer" in text
-  assert f"layer 0 {np.log(1.5):.3f}" in text
+  assert f"layer 0 {4 * np.log(1.5):.3f}, layer 1 {np.log(1.5):.3f}" in text
+  # deposit head's drift over the other heads' median: 4 in seeds 0-3, 1 in seed 4
+  assert "seed 0: 0.1 (drop 30.0 points)" in text and "seed 4: 1.0 (drop 30.0 points)" in text
+  assert "Ratio, median over seeds: 4.00." in text
   figdir = str(tmp_path / "fig")
   lines = grid.grid_figures(runs, figdir, "figs")
   drawn = sorted(os.listdir(figdir))

@@ -23,18 +23,25 @@ from studies.arxiv_2505_13027 import claims
 GRID_PAIRS = (("pope", "rope", "contraction_ratio"),
               ("alibi_data", "alibi", "widening_ratio"))
 DESCRIBED = ("rope_learned",)
+# the fourth amendment's other two Task 2 runs, shown beside the grid
+SHOWN = ("rope_additive", "alibi_multiplicative")
 GRID_ORDER = ("rope", "pope", "rope_learned", "alibi", "alibi_data")
+TABLE_ORDER = GRID_ORDER + SHOWN
 
 
 def load_grid(grid_dir: str, count_dir: str) -> dict:
   """``{pe: run}``: the grid's new runs and the static members' count runs."""
   out = {}
   for root, pes in ((grid_dir, [p for p, _, _ in GRID_PAIRS] + list(DESCRIBED)),
-                    (count_dir, [s for _, s, _ in GRID_PAIRS])):
+                    (count_dir, [s for _, s, _ in GRID_PAIRS] + list(SHOWN))):
     for pe in pes:
       d = os.path.join(root, pe)
       if os.path.exists(os.path.join(d, "summary.json")):
         out[pe] = claims.load(d)
+        abl = os.path.join(d, "ablation.json")
+        if os.path.exists(abl):
+          with open(abl) as f:
+            out[pe]["ablation"] = json.load(f)
         freq = os.path.join(d, "frequencies.jsonl")
         if os.path.exists(freq):
           with open(freq) as f:
@@ -55,6 +62,25 @@ def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
   row = run["spectra"][-1]
   per_layer = np.median(np.asarray(row[measure], np.float64), axis=-1)  # [seeds, layers]
   return np.exp(np.mean(np.log(per_layer), axis=-1))
+
+
+def deposit_drift(run: dict) -> str:
+  """Where the deposit head's frequencies went: per seed, the head whose
+  knock-out costs most test accuracy (``ablation.json``'s ``argmax_head``),
+  its median |log θ/θ₀| at the last evaluation, against the median over
+  the seed's other heads."""
+  drift = np.asarray(run["frequencies"][-1]["drift_median"], np.float64)  # [S, L, H]
+  abl = run["ablation"]
+  drop = 100 * np.asarray(abl["drop"], np.float64)                            # [S, L, H]
+  parts, ratios = [], []
+  for s, (l, h) in enumerate(abl["argmax_head"]):
+    others = np.delete(drift[s].reshape(-1), l * drift.shape[2] + h)
+    ratios.append(drift[s, l, h] / np.median(others))
+    parts.append(f"seed {abl['seeds'][s]}: {l}.{h} (drop {drop[s, l, h]:.1f} points) "
+                 f"{drift[s, l, h]:.3f} vs {np.median(others):.3f}")
+  return ("rope_learned, largest-drop head per seed (layer.head): its median |log θ/θ₀| vs "
+          "the median over the seed's other heads — " + "; ".join(parts)
+          + f". Ratio, median over seeds: {np.median(ratios):.2f}.")
 
 
 def _statement(p: dict, what: str, higher: str, lower: str) -> str:
@@ -111,7 +137,7 @@ def grid_section(runs: dict) -> list[str]:
            "could not be retrieved here).", "",
            "| PE | test acc % | plateaued | contraction ratio | widening ratio | "
            "examples to 90 % (median) |", "|---|---|---|---|---|---|"]
-  for pe in GRID_ORDER:
+  for pe in TABLE_ORDER:
     r = runs.get(pe)
     if r is None:
       lines.append(f"| {pe} | not run yet | | | | |")
@@ -125,7 +151,7 @@ def grid_section(runs: dict) -> list[str]:
                  f"{ex:,.0f} |")
   lines += ["", "| pair | measure | statement |", "|---|---|---|"]
   lines += [f"| {c['pair']} | {c['measure']} | {c['statement']} |" for c in claim_h(runs)]
-  layered = [(pe, runs[pe]) for pe in GRID_ORDER if pe in runs and runs[pe].get("spectra")]
+  layered = [(pe, runs[pe]) for pe in TABLE_ORDER if pe in runs and runs[pe].get("spectra")]
   if layered:
     layers = len(coupling_per_layer(layered[0][1], "contraction_ratio"))
     lines += ["", "Per layer (median over heads, mean over seeds):", "",
@@ -142,6 +168,8 @@ def grid_section(runs: dict) -> list[str]:
     lines += ["", "rope_learned: median |log θ/θ₀| per layer (mean over seeds, max over "
               "heads): " + ", ".join(f"layer {i} {d:.3f}" for i, d in
                                      enumerate(np.max(drift.mean(0), axis=-1)))]
+    if rl.get("ablation"):
+      lines += ["", deposit_drift(rl)]
   return lines + [""]
 
 
@@ -157,7 +185,7 @@ def _ratio_over_training(run: dict, measure: str) -> tuple[list, np.ndarray]:
 
 def _color(pe: str):
   """One colour per grid PE, the same in every (h) figure."""
-  return plotting.plt.cm.tab10.colors[GRID_ORDER.index(pe)]
+  return plotting.plt.cm.tab10.colors[TABLE_ORDER.index(pe)]
 
 
 def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
@@ -165,7 +193,7 @@ def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
   multiplicative PE's contraction and each additive PE's widening over
   training, and rope_learned's frequencies; returns RESULTS.md's lines that
   show them (``rel``: ``figdir`` as the Markdown file sees it)."""
-  present = [pe for pe in GRID_ORDER if pe in runs]
+  present = [pe for pe in TABLE_ORDER if pe in runs]
   if not present:
     return []
   os.makedirs(figdir, exist_ok=True)

@@ -23,7 +23,7 @@
 # Task 2 runs for alibi_data, pope and rope_learned, beside --count's alibi and
 # rope, in runs/grid-count/ and results/grid-count/, each followed by its
 # trained-logit decomposition (decompose.json) and, for rope_learned, its
-# recorded frequencies (frequencies.jsonl).
+# recorded frequencies (frequencies.jsonl) and head ablation (ablation.json).
 # GIT_COMMIT=1 commits each finished PE's results/<dir>/<pe>/ (those paths only).
 #   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count|--grid] [PE ...]
 #       (default: the four, rotary pair first; with --long/--longer/--last_rung:
@@ -95,12 +95,15 @@ for pe in "${PES[@]}"; do
     --workdir="$wd" "${extra[@]}"
   if [[ -n "$grid" ]]; then
     run_or_print "$PY" -m experiments.decompose --workdir="$wd"
+    # rope_learned: where the deposit head's trained frequencies went needs
+    # the head ablation (the tenth amendment's descriptive part)
+    [[ "$pe" != rope_learned ]] || run_or_print "$PY" -m experiments.ablate --workdir="$wd"
   fi
   [ "$DRY_RUN" -eq 0 ] || continue
   mkdir -p "$out"
   cp "$wd"/config.json "$wd"/summary.json "$wd"/metrics.jsonl "$wd"/steps.jsonl \
     "$wd"/spectra.jsonl "$wd"/curvature.jsonl "$out"/
-  for extra_file in decompose.json frequencies.jsonl; do
+  for extra_file in decompose.json frequencies.jsonl ablation.json; do
     [[ ! -f "$wd/$extra_file" ]] || cp "$wd/$extra_file" "$out"/
   done
   if [[ -n "${GIT_COMMIT:-}" ]]; then
