@@ -47,3 +47,22 @@ def test_q2_gate_and_paired_verdict(tmp_path):
   pc = text.split("## parity_check")[1].split("## cycle_navigation")[0]
   assert "not testable at this scale" in pc
   assert "cycle_navigation" in text and "| nope | not run yet" in text
+
+
+def test_report_draws_and_links_one_length_figure_per_task_with_runs(tmp_path):
+  root, figdir = str(tmp_path / "results"), str(tmp_path / "figs")
+  acc = {n: [0.9, 0.8, 0.85, 0.9, 0.95] for n in (40, 80, 160, 320)}
+  _write(root, "even_pairs", "rope", acc)
+  path = os.path.join(root, "even_pairs", "rope", "lengths.json")
+  with open(path) as f:
+    res = json.load(f)
+  res.update(pe="rope", faithful=False, task="even_pairs", train_len=40)
+  for r in res["lengths"]:  # what experiments.lengths writes beside the per-seed accuracies
+    r.update(factor=r["seq_len"] // 40, mean=0.88, ci95=[0.83, 0.92])
+  with open(path, "w") as f:
+    json.dump(res, f)
+  text = R.report(root, figdir, "figs")
+  assert os.listdir(figdir) == ["lengths_even_pairs.png"]
+  assert "![even_pairs: accuracy against test length](figs/lengths_even_pairs.png)" in text
+  assert "lengths_parity_check" not in text  # no run committed: no figure
+  assert "![" not in R.report(root)  # without figdir: text only

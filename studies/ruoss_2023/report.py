@@ -26,6 +26,8 @@ def _define_flags() -> None:
   study's report in the same process) defines no flag."""
   flags.DEFINE_string("results", os.path.join(HERE, "results"), "The committed runs.")
   flags.DEFINE_string("out", os.path.join(HERE, "RESULTS.md"), "Where to write.")
+  flags.DEFINE_string("figdir", os.path.join(HERE, "results", "figures"),
+                      "Where the per-task length figures go (beside --out's links).")
 
 TASKS = ("even_pairs", "parity_check", "cycle_navigation", "modular_arithmetic")
 LABELS = ("nope", "sinusoidal", "rope", "alibi", "randomized")
@@ -76,7 +78,24 @@ def _pct(x) -> str:
   return f"{100 * float(np.mean(x)):.1f}"
 
 
-def report(root: str) -> str:
+def length_figure(runs: dict, task: str, figdir: str):
+  """Draws ``lengths_<task>.png`` (accuracy vs test length, one line per
+  committed PE, 95 % bootstrap band over seeds); its file name, or None when
+  no run of the task is committed."""
+  from pe_spectral import plotting
+  results = [r["lengths"] for r in runs.values() if r is not None]
+  if not results:
+    return None
+  os.makedirs(figdir, exist_ok=True)
+  name = f"lengths_{task}.png"
+  plotting.length_curves(results, os.path.join(figdir, name),
+                         f"{task}: trained on lengths 1-40 (mean, 95% CI over seeds)")
+  return name
+
+
+def report(root: str, figdir=None, rel: str = "") -> str:
+  """RESULTS.md's text; with ``figdir``, also draws each task's length
+  figure there and links it as ``rel/<name>``."""
   lines = ["# Ruoss et al.'s tasks on this CPU: results", "",
            "Built by `python -m studies.ruoss_2023.report` from `results/` only; the questions "
            "and rules are in [study.md](study.md), written before the runs. Accuracy in %, mean "
@@ -96,6 +115,9 @@ def report(root: str) -> str:
       cells = [_pct(acc[n]) if n in acc else "n/a" for n in (40, *LONG)]
       lines.append(f"| {lab} | {_pct(run['summary']['train_accuracy'])} | "
                    + " | ".join(cells) + f" | {_pct(long_accuracy(run))} |")
+    fig = length_figure(runs, task, figdir) if figdir else None
+    if fig:
+      lines += ["", f"![{task}: accuracy against test length]({rel}/{fig})"]
     rope, rnd = runs["rope"], runs["randomized"]
     if rope is None or rnd is None:
       verdicts[task] = "not run yet"
@@ -149,7 +171,9 @@ def report(root: str) -> str:
 
 def main(argv):
   del argv
-  text = report(FLAGS.results)
+  rel = os.path.relpath(os.path.abspath(FLAGS.figdir),
+                        os.path.dirname(os.path.abspath(FLAGS.out)))
+  text = report(FLAGS.results, FLAGS.figdir, rel)
   with open(FLAGS.out, "w") as f:
     f.write(text)
   print(text)
