@@ -254,7 +254,8 @@ def test_thesis_count_configuration_dry_run():
 
 def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
   """--grid (tenth amendment): the --count runs' exact configuration for the
-  content-dependent PEs, each followed by its decomposition."""
+  content-dependent PEs, each followed by its decomposition (and rope_learned
+  by its head ablation)."""
   out = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--grid", FORCE="1")
   count = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--count", "rope", FORCE="1")
   assert out.returncode == 0 and count.returncode == 0, out.stderr + count.stderr
@@ -271,6 +272,9 @@ def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
     assert as_rope.split() == ref, (line, ref)
   assert [line.split("--workdir=")[1] for line in lines if "experiments.decompose" in line] \
       == [f"runs/grid-count/{pe}" for pe in ("pope", "alibi_data", "rope_learned")]
+  # rope_learned alone gets the head ablation: where its deposit head's frequencies went
+  assert [line.split("--workdir=")[1] for line in lines if "experiments.ablate" in line] \
+      == ["runs/grid-count/rope_learned"]
 
 
 def test_task2_cpu_runs_the_plans_dropout0_entries():
