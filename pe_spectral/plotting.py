@@ -251,12 +251,14 @@ def _head_styles(layers: int, heads: int):
 
 def frequencies_over_training(rows: list[dict], theta0, path: str, title: str = "") -> None:
   """Trained frequencies (``frequencies.jsonl``): left, the median drift
-  ``|log θ/θ₀|`` of every layer.head vs step (mean over seeds); right, the
-  final θ of every layer.head (mean over seeds) against the initial θ₀."""
+  ``|log θ/θ₀|`` of every layer.head vs step (median over seeds: a frequency
+  that reached or crossed 0 is infinitely far, and a mean would drop the
+  point); right, the final θ of every layer.head (mean over seeds) against
+  the initial θ₀."""
   if not rows:
     return
   steps = [r["step"] for r in rows]
-  drift = np.asarray([r["drift_median"] for r in rows]).mean(1)  # [T, L, H]
+  drift = np.median(np.asarray([r["drift_median"] for r in rows]), axis=1)  # [T, L, H]
   final = np.asarray(rows[-1]["theta"]).mean(0)                   # [L, H, F]
   _, layers, heads = drift.shape
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=110)
@@ -265,7 +267,7 @@ def frequencies_over_training(rows: list[dict], theta0, path: str, title: str = 
     a2.plot(theta0, final[l, h], marker=".", **style)
   a2.plot(theta0, theta0, color="k", lw=0.8)
   a1.set_xlabel("step")
-  a1.set_ylabel("median |log θ/θ₀| over frequencies")
+  a1.set_ylabel("median |log θ/θ₀| over frequencies\n(median over seeds)")
   a2.set_xscale("log")
   a2.set_yscale("symlog", linthresh=float(np.min(np.abs(theta0))) / 10)
   a2.set_xlabel("initial θ₀ (RoPE's)")

@@ -87,12 +87,13 @@ def test_grid_per_layer_table_and_figures(tmp_path):
     freq_rows.append({"step": step, "theta": theta.tolist(), "drift_median": drift.tolist()})
   with open(os.path.join(g, "rope_learned", "frequencies.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in freq_rows)
-  # its head ablation: head 0.1 is the largest drop in seeds 0-3, head 1.0 in seed 4
+  # its head ablation: layer 0's largest drop is head 1 in seeds 0-3, head 0 in
+  # seed 4 (the smoke model has 2 heads); layer 1's drops are larger and ignored
   drop = np.full(shape, 0.01)
-  drop[:4, 0, 1] = drop[4, 1, 0] = 0.3
-  argmax = [[0, 1]] * 4 + [[1, 0]]
+  drop[:, 1, 0] = 0.9
+  drop[:4, 0, 1] = drop[4, 0, 0] = 0.3
   with open(os.path.join(g, "rope_learned", "ablation.json"), "w") as f:
-    json.dump({"drop": drop.tolist(), "argmax_head": argmax, "seeds": list(range(5))}, f)
+    json.dump({"drop": drop.tolist(), "argmax_head": [[1, 0]] * 5, "seeds": list(range(5))}, f)
   runs = grid.load_grid(g, c)
   # oracle: per seed, the median of 4 heads is the mean of the middle two
   layer0 = np.mean([(0.6 + 0.7) / 2 + (0.1 if s == 1 else 0.0) for s in range(5)])
@@ -101,10 +102,12 @@ def test_grid_per_layer_table_and_figures(tmp_path):
                              [layer0, layer1], rtol=1e-12)
   text = "\n".join(grid.grid_section(runs))
   assert f"| pope | {layer0:.3f} | {layer1:.3f} | 1.000 | 1.000 |" in text
-  assert "rope_learned: median |log θ/θ₀| per layer" in text
-  assert f"layer 0 {4 * np.log(1.5):.3f}, layer 1 {np.log(1.5):.3f}" in text
-  # deposit head's drift over the other heads' median: 4 in seeds 0-3, 1 in seed 4
-  assert "seed 0: 0.1 (drop 30.0 points)" in text and "seed 4: 1.0 (drop 30.0 points)" in text
+  assert "rope_learned at the last evaluation: each head's median |log θ/θ₀|" in text
+  # layer 0: heads at log 1.5 and 4 log 1.5 on every seed -> median 2.5 log 1.5
+  assert f"layer 0 {2.5 * np.log(1.5):.3f}, layer 1 {np.log(1.5):.3f};" in text
+  assert "reached or crossed 0: layer 0 0 %, layer 1 0 %" in text
+  # deposit head's drift over the other layer-0 heads' median: 4 in seeds 0-3, 1/4 in seed 4
+  assert "seed 0: head 1 (drop 30.0 points)" in text and "seed 4: head 0 (drop 30.0 points)" in text
   assert "Ratio, median over seeds: 4.00." in text
   figdir = str(tmp_path / "fig")
   lines = grid.grid_figures(runs, figdir, "figs")

@@ -65,21 +65,22 @@ def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
 
 
 def deposit_drift(run: dict) -> str:
-  """Where the deposit head's frequencies went: per seed, the head whose
-  knock-out costs most test accuracy (``ablation.json``'s ``argmax_head``),
+  """Where the deposit head's frequencies went: per seed, the layer-0 head
+  whose knock-out costs most test accuracy (``ablation.json``'s ``drop``),
   its median |log θ/θ₀| at the last evaluation, against the median over
-  the seed's other heads."""
+  the seed's other layer-0 heads."""
   drift = np.asarray(run["frequencies"][-1]["drift_median"], np.float64)  # [S, L, H]
   abl = run["ablation"]
   drop = 100 * np.asarray(abl["drop"], np.float64)                            # [S, L, H]
   parts, ratios = [], []
-  for s, (l, h) in enumerate(abl["argmax_head"]):
-    others = np.delete(drift[s].reshape(-1), l * drift.shape[2] + h)
-    ratios.append(drift[s, l, h] / np.median(others))
-    parts.append(f"seed {abl['seeds'][s]}: {l}.{h} (drop {drop[s, l, h]:.1f} points) "
-                 f"{drift[s, l, h]:.3f} vs {np.median(others):.3f}")
-  return ("rope_learned, largest-drop head per seed (layer.head): its median |log θ/θ₀| vs "
-          "the median over the seed's other heads — " + "; ".join(parts)
+  for s in range(drop.shape[0]):
+    h = int(np.argmax(drop[s, 0]))
+    others = np.median(np.delete(drift[s, 0], h))
+    ratios.append(drift[s, 0, h] / others)
+    parts.append(f"seed {abl['seeds'][s]}: head {h} (drop {drop[s, 0, h]:.1f} points) "
+                 f"{drift[s, 0, h]:.3f} vs {others:.3f}")
+  return ("rope_learned, layer 0's largest-drop head per seed: its median |log θ/θ₀| vs "
+          "the median over the seed's other layer-0 heads — " + "; ".join(parts)
           + f". Ratio, median over seeds: {np.median(ratios):.2f}.")
 
 
@@ -165,9 +166,15 @@ def grid_section(runs: dict) -> list[str]:
   rl = runs.get("rope_learned")
   if rl is not None and rl.get("frequencies"):
     drift = np.asarray(rl["frequencies"][-1]["drift_median"], np.float64)  # [S, L, H]
-    lines += ["", "rope_learned: median |log θ/θ₀| per layer (mean over seeds, max over "
-              "heads): " + ", ".join(f"layer {i} {d:.3f}" for i, d in
-                                     enumerate(np.max(drift.mean(0), axis=-1)))]
+    theta = np.asarray(rl["frequencies"][-1]["theta"], np.float64)           # [S, L, H, F]
+    # medians, not means: a frequency that reached or crossed 0 is infinitely far
+    typical = np.median(drift.transpose(1, 0, 2).reshape(drift.shape[1], -1), axis=-1)
+    crossed = (theta <= 0).mean(axis=(0, 2, 3))
+    lines += ["", "rope_learned at the last evaluation: each head's median |log θ/θ₀| over "
+              "its frequencies, median over seeds and heads: "
+              + ", ".join(f"layer {i} {d:.3f}" for i, d in enumerate(typical))
+              + "; frequencies that reached or crossed 0: "
+              + ", ".join(f"layer {i} {100 * c:.0f} %" for i, c in enumerate(crossed))]
     if rl.get("ablation"):
       lines += ["", deposit_drift(rl)]
   return lines + [""]
