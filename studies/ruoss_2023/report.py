@@ -15,7 +15,7 @@ import os
 import numpy as np
 from absl import app, flags
 
-from pe_spectral import stats
+from pe_spectral import plotting, stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS
@@ -82,7 +82,6 @@ def length_figure(runs: dict, task: str, figdir: str):
   """Draws ``lengths_<task>.png`` (accuracy vs test length, one line per
   committed PE, 95 % bootstrap band over seeds); its file name, or None when
   no run of the task is committed."""
-  from pe_spectral import plotting
   results = [r["lengths"] for r in runs.values() if r is not None]
   if not results:
     return None
