@@ -56,12 +56,16 @@ def coupling_per_layer(run: dict, measure: str) -> np.ndarray:
   return np.median(np.asarray(row[measure], np.float64), axis=-1).mean(axis=0)
 
 
-def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
-  """``[seeds]``: the last spectra row's ``measure`` ``[seeds, layers, heads]``,
-  median over heads, geometric mean over layers."""
-  row = run["spectra"][-1]
+def _row_per_seed(row: dict, measure: str) -> np.ndarray:
+  """``[seeds]``: one spectra row's ``measure`` ``[seeds, layers, heads]``,
+  median over heads, geometric mean over layers (the registered aggregate)."""
   per_layer = np.median(np.asarray(row[measure], np.float64), axis=-1)  # [seeds, layers]
   return np.exp(np.mean(np.log(per_layer), axis=-1))
+
+
+def coupling_per_seed(run: dict, measure: str) -> np.ndarray:
+  """``[seeds]``: :func:`_row_per_seed` of the last spectra row."""
+  return _row_per_seed(run["spectra"][-1], measure)
 
 
 def deposit_drift(run: dict) -> str:
@@ -185,9 +189,7 @@ def _ratio_over_training(run: dict, measure: str) -> tuple[list, np.ndarray]:
   ``[rows, seeds]`` (median over heads, geometric mean over layers)."""
   seen = {m["step"]: m["examples_seen"] for m in run["metrics"]}
   rows = [r for r in run["spectra"] if r["step"] in seen]
-  vals = [np.exp(np.mean(np.log(np.median(np.asarray(r[measure], np.float64), axis=-1)),
-                         axis=-1)) for r in rows]
-  return [seen[r["step"]] for r in rows], np.asarray(vals)
+  return [seen[r["step"]] for r in rows], np.asarray([_row_per_seed(r, measure) for r in rows])
 
 
 def _color(pe: str):
