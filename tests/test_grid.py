@@ -115,3 +115,27 @@ def test_grid_per_layer_table_and_figures(tmp_path):
   assert drawn == ["grid_coupling.png", "grid_curves.png", "grid_rope_learned_frequencies.png"]
   assert sum(line.startswith("![") for line in lines) == 3
   assert "(figs/grid_curves.png)" in "\n".join(lines)
+
+
+def test_task1_table_is_described_with_budgets_and_no_statement(tmp_path):
+  """Task 1 (TASK1): the same measures, each run's epochs and seeds in its row
+  (the members train at their static partner's budget), no statement table
+  even where the paired rule would decide, and figures under their own names."""
+  g, t = str(tmp_path / "grid-distance"), str(tmp_path / "thesis")
+  _run(t, "rope", ratio=[0.8] * 5, examples=[1000] * 5)
+  _run(g, "pope", ratio=[0.6] * 5, examples=[2000] * 5)
+  with open(os.path.join(t, "rope", "config.json"), "w") as f:
+    json.dump({"run": {"train": {"epochs": 16}}}, f)
+  runs = grid.load_grid(g, t)
+  text = "\n".join(grid.grid_section(runs, grid.TASK1))
+  assert text.startswith(grid.TASK1["title"]) and "Descriptive only" in text
+  assert "| rope (16 ep × 5 seeds) | 100.0 | 5/5 | 0.800 | 1.000 | 1,000 |" in text
+  assert "| pope (24 ep × 5 seeds) | 100.0 | 5/5 | 0.600 | 1.000 | 2,000 |" in text
+  assert "| alibi_data | not run yet" in text
+  # Task 2's rule would say "changes" for this pair; Task 1 states nothing
+  assert "changes:" in "\n".join(grid.grid_section(runs))
+  assert "| pair | measure | statement |" not in text and "changes:" not in text
+  figdir = str(tmp_path / "fig")
+  lines = grid.grid_figures(runs, figdir, "figs", grid.TASK1)
+  assert sorted(os.listdir(figdir)) == ["grid_distance_coupling.png", "grid_distance_curves.png"]
+  assert "(figs/grid_distance_curves.png)" in "\n".join(lines)

@@ -277,6 +277,31 @@ def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
       == ["runs/grid-count/rope_learned"]
 
 
+def test_grid_distance_dry_run_is_each_static_partners_task1_configuration():
+  """--grid_distance (the tenth amendment's descriptive Task 1 table): each new
+  PE runs exactly as its static partner's committed Task 1 run (the default
+  thesis launcher: pope and rope_learned as rope, alibi_data as alibi), in
+  runs/grid-distance/, followed by the same decomposition and ablation as --grid."""
+  out = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "--grid_distance", FORCE="1")
+  thesis = _run(f"{STUDY}/launch/thesis_cpu.sh", "--dry_run", "rope", "alibi", FORCE="1")
+  assert out.returncode == 0 and thesis.returncode == 0, out.stderr + thesis.stderr
+  ref = {line.split("--pe=")[1].split()[0]: line.split()
+         for line in thesis.stdout.strip().splitlines()}
+  lines = out.stdout.strip().splitlines()
+  sweeps = [line for line in lines if "experiments.sweep" in line]
+  partner = {"pope": "rope", "alibi_data": "alibi", "rope_learned": "rope"}
+  assert [line.split("--pe=")[1].split()[0] for line in sweeps] == list(partner)
+  for line in sweeps:
+    pe = line.split("--pe=")[1].split()[0]
+    as_static = (line.replace(f"--pe={pe}", f"--pe={partner[pe]}")
+                 .replace(f"runs/grid-distance/{pe}", f"runs/thesis/{partner[pe]}"))
+    assert as_static.split() == ref[partner[pe]], (line, ref[partner[pe]])
+  assert [line.split("--workdir=")[1] for line in lines if "experiments.decompose" in line] \
+      == [f"runs/grid-distance/{pe}" for pe in partner]
+  assert [line.split("--workdir=")[1] for line in lines if "experiments.ablate" in line] \
+      == ["runs/grid-distance/rope_learned"]
+
+
 def test_task2_cpu_runs_the_plans_dropout0_entries():
   from studies.arxiv_2505_13027 import plan as study
   out = _run(f"{STUDY}/launch/task2_cpu.sh", "--dry_run")

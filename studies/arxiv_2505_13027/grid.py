@@ -23,16 +23,38 @@ from studies.arxiv_2505_13027 import claims
 GRID_PAIRS = (("pope", "rope", "contraction_ratio"),
               ("alibi_data", "alibi", "widening_ratio"))
 DESCRIBED = ("rope_learned",)
+NEW_PES = tuple(p for p, _, _ in GRID_PAIRS) + DESCRIBED
 # the fourth amendment's other two Task 2 runs, shown beside the grid
 SHOWN = ("rope_additive", "alibi_multiplicative")
 GRID_ORDER = ("rope", "pope", "rope_learned", "alibi", "alibi_data")
 TABLE_ORDER = GRID_ORDER + SHOWN
 
 
+# where (h) is measured: Task 2 is judged (the registered rule), Task 1 only
+# described; ``prefix`` names the figures, ``budgets`` puts each run's epochs
+# and seeds in the table (Task 1's members train at different budgets)
+TASK2 = dict(
+    title="## (h) The content-dependent coupling grid (Task 2, dropout 0, 24 epochs, seeds 0-4)",
+    intro="Registered in study.md's tenth amendment; measures from each run's last "
+          "`spectra.jsonl` row (16 test examples). CARoPE is not implemented (its form "
+          "could not be retrieved here).",
+    caption="Task 2, cpu, dropout 0, 24 epochs", prefix="grid", judged=True, budgets=False)
+TASK1 = dict(
+    title="### (h), described: the same PEs on Task 1 (`distance`, cpu preset)",
+    intro="Descriptive only (study.md, tenth amendment): no statement is made. Each new PE "
+          "trains at its static partner's committed Task 1 budget (`results/thesis/`: "
+          "`pope` and `rope_learned` as `rope`, `alibi_data` as `alibi`); measures as above, "
+          "from each run's last `spectra.jsonl` row. On Task 1 the static members did not "
+          "plateau at these budgets (see the coupling study above), so the ratios describe "
+          "runs still moving.",
+    caption="Task 1, cpu, each at its static partner's budget", prefix="grid_distance",
+    judged=False, budgets=True)
+
+
 def load_grid(grid_dir: str, count_dir: str) -> dict:
   """``{pe: run}``: the grid's new runs and the static members' count runs."""
   out = {}
-  for root, pes in ((grid_dir, [p for p, _, _ in GRID_PAIRS] + list(DESCRIBED)),
+  for root, pes in ((grid_dir, NEW_PES),
                     (count_dir, [s for _, s, _ in GRID_PAIRS] + list(SHOWN))):
     for pe in pes:
       d = os.path.join(root, pe)
@@ -134,12 +156,17 @@ def claim_h(runs: dict) -> list[dict]:
   return out
 
 
-def grid_section(runs: dict) -> list[str]:
-  """RESULTS.md's section for (h)."""
-  lines = ["## (h) The content-dependent coupling grid (Task 2, dropout 0, 24 epochs, seeds 0-4)",
-           "", "Registered in study.md's tenth amendment; measures from each run's last "
-           "`spectra.jsonl` row (16 test examples). CARoPE is not implemented (its form "
-           "could not be retrieved here).", "",
+def _table_pe(pe: str, run: dict, setting: dict) -> str:
+  if not setting["budgets"]:
+    return pe
+  train = run["config"]["run"]["train"]
+  return f"{pe} ({train['epochs']} ep × {len(run['summary']['seeds'])} seeds)"
+
+
+def grid_section(runs: dict, setting: dict = TASK2) -> list[str]:
+  """RESULTS.md's section for (h) on ``setting`` (:data:`TASK2`, judged, or
+  :data:`TASK1`, described only)."""
+  lines = [setting["title"], "", setting["intro"], "",
            "| PE | test acc % | plateaued | contraction ratio | widening ratio | "
            "examples to 90 % (median) |", "|---|---|---|---|---|---|"]
   for pe in TABLE_ORDER:
@@ -152,10 +179,11 @@ def grid_section(runs: dict) -> list[str]:
     cells = [f"{np.mean(coupling_per_seed(r, m)):.3f}" if r.get("spectra") else "n/a"
              for m in ("contraction_ratio", "widening_ratio")]
     ex = np.median(stats.examples_to_threshold(r["metrics"]))
-    lines.append(f"| {pe} | {acc:.1f} | {sum(plat)}/{len(plat)} | {cells[0]} | {cells[1]} | "
-                 f"{ex:,.0f} |")
-  lines += ["", "| pair | measure | statement |", "|---|---|---|"]
-  lines += [f"| {c['pair']} | {c['measure']} | {c['statement']} |" for c in claim_h(runs)]
+    lines.append(f"| {_table_pe(pe, r, setting)} | {acc:.1f} | {sum(plat)}/{len(plat)} | "
+                 f"{cells[0]} | {cells[1]} | {ex:,.0f} |")
+  if setting["judged"]:
+    lines += ["", "| pair | measure | statement |", "|---|---|---|"]
+    lines += [f"| {c['pair']} | {c['measure']} | {c['statement']} |" for c in claim_h(runs)]
   layered = [(pe, runs[pe]) for pe in TABLE_ORDER if pe in runs and runs[pe].get("spectra")]
   if layered:
     layers = len(coupling_per_layer(layered[0][1], "contraction_ratio"))
@@ -197,7 +225,7 @@ def _color(pe: str):
   return plotting.plt.cm.tab10.colors[TABLE_ORDER.index(pe)]
 
 
-def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
+def grid_figures(runs: dict, figdir: str, rel: str, setting: dict = TASK2) -> list[str]:
   """Draws (h)'s figures under ``figdir``: the learning curves, each
   multiplicative PE's contraction and each additive PE's widening over
   training, and rope_learned's frequencies; returns RESULTS.md's lines that
@@ -210,9 +238,10 @@ def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
   curves = [{"label": f"{pe} ({sum(runs[pe]['summary']['plateau']['per_seed'])}/"
                       f"{len(runs[pe]['summary']['plateau']['per_seed'])} plateaued)",
              "records": runs[pe]["metrics"], "color": _color(pe)} for pe in present]
-  plotting.learning_curves(curves, os.path.join(figdir, "grid_curves.png"),
-                           "(h) grid: Task 2, cpu, dropout 0, 24 epochs")
-  lines += [f"![(h) learning curves]({rel}/grid_curves.png)", ""]
+  pre = setting["prefix"]
+  plotting.learning_curves(curves, os.path.join(figdir, f"{pre}_curves.png"),
+                           f"(h) grid: {setting['caption']}")
+  lines += [f"![(h) learning curves]({rel}/{pre}_curves.png)", ""]
   panels = {}
   for measure, label in (("contraction_ratio", "contraction ratio (spread vs θ = 0)"),
                          ("widening_ratio", "widening ratio (spread vs no bias)")):
@@ -226,15 +255,15 @@ def grid_figures(runs: dict, figdir: str, rel: str) -> list[str]:
           curves.append({"label": pe, "x": x, "values": v, "color": _color(pe)})
     panels[label] = curves
   if any(panels.values()):
-    plotting.ratio_curves(panels, os.path.join(figdir, "grid_coupling.png"),
+    plotting.ratio_curves(panels, os.path.join(figdir, f"{pre}_coupling.png"),
                           "(h) grid: coupling over training (16 test examples' logits)")
-    lines += [f"![(h) coupling over training]({rel}/grid_coupling.png)", ""]
+    lines += [f"![(h) coupling over training]({rel}/{pre}_coupling.png)", ""]
   rl = runs.get("rope_learned")
   if rl is not None and rl.get("frequencies"):
     cfg = ModelConfig.from_dict(rl["config"]["run"]["model"])
     theta0 = encodings.get("rope_learned").frequencies(cfg)
     plotting.frequencies_over_training(rl["frequencies"], theta0,
-                                       os.path.join(figdir, "grid_rope_learned_frequencies.png"),
-                                       "(h) rope_learned")
-    lines.append(f"![(h) rope_learned frequencies]({rel}/grid_rope_learned_frequencies.png)")
+                                       os.path.join(figdir, f"{pre}_rope_learned_frequencies.png"),
+                                       f"(h) rope_learned, {setting['caption']}")
+    lines.append(f"![(h) rope_learned frequencies]({rel}/{pre}_rope_learned_frequencies.png)")
   return ["", *lines]

@@ -69,6 +69,9 @@ flags.DEFINE_list("thesis_count", [os.path.join(RESULTS, "thesis-count")],
 flags.DEFINE_string("grid", os.path.join(RESULTS, "grid-count"),
                     "(h)'s content-dependent runs (the tenth amendment); their static twins "
                     "are read from the first --thesis_count directory.")
+flags.DEFINE_string("grid_distance", os.path.join(RESULTS, "grid-distance"),
+                    "(h)'s descriptive Task 1 runs (launch/thesis_cpu.sh --grid_distance); "
+                    "their static twins are read from the first --thesis directory.")
 
 from pe_spectral.workdir import load_runs  # noqa: E402
 from studies.arxiv_2505_13027 import claims as rules  # noqa: E402
@@ -792,6 +795,10 @@ def main(argv):
                           os.path.dirname(os.path.abspath(FLAGS.out)))
     text += "\n" + "\n".join(grid.grid_section(grid_runs)
                              + grid.grid_figures(grid_runs, FLAGS.figdir, rel))
+    distance_runs = grid.load_grid(FLAGS.grid_distance, FLAGS.thesis[0] if FLAGS.thesis else "")
+    if any(pe in distance_runs for pe in grid.NEW_PES):  # once a Task 1 run is committed
+      text += "\n" + "\n".join(grid.grid_section(distance_runs, grid.TASK1)
+                               + grid.grid_figures(distance_runs, FLAGS.figdir, rel, grid.TASK1))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()

@@ -24,11 +24,16 @@
 # rope, in runs/grid-count/ and results/grid-count/, each followed by its
 # trained-logit decomposition (decompose.json) and, for rope_learned, its
 # recorded frequencies (frequencies.jsonl) and head ablation (ablation.json).
+# --grid_distance: the grid's descriptive Task 1 table (the tenth amendment):
+# the same three PEs at the cpu preset on Task 1, each at its static
+# partner's budget and seeds in results/thesis/ (pope, rope_learned: rope's 16
+# epochs x 8 seeds; alibi_data: alibi's 8 x 5), in runs/grid-distance/ and
+# results/grid-distance/, with the same decomposition and ablation as --grid.
 # GIT_COMMIT=1 commits each finished PE's results/<dir>/<pe>/ (those paths only).
-#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count|--grid] [PE ...]
+#   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count|--grid|--grid_distance] [PE ...]
 #       (default: the four, rotary pair first; with --long/--longer/--last_rung:
 #       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope;
-#       with --grid: pope alibi_data rope_learned)
+#       with --grid or --grid_distance: pope alibi_data rope_learned)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
@@ -37,6 +42,7 @@ if [ "${1:-}" = "--dry_run" ]; then DRY_RUN=1; shift; fi
 long=""
 count=""
 grid=""
+grid_distance=""
 last_rung=""
 case "${1:-}" in
   --long) long=32; shift ;;
@@ -44,6 +50,7 @@ case "${1:-}" in
   --last_rung) long=128; last_rung=1; shift ;;
   --count) count=1; shift ;;
   --grid) count=1; grid=1; shift ;;
+  --grid_distance) grid=1; grid_distance=1; shift ;;
 esac
 PES=("$@")
 if [[ ${#PES[@]} -eq 0 ]]; then
@@ -56,6 +63,7 @@ name=thesis
 [[ -z "$long" ]] || name="thesis-${long}ep"
 [[ -z "$count" ]] || name="thesis-count"
 [[ -z "$grid" ]] || name="grid-count"
+[[ -z "$grid_distance" ]] || name="grid-distance"
 task=distance
 extra=()
 COUNT_EPOCHS=24
@@ -83,6 +91,11 @@ for pe in "${PES[@]}"; do
     epochs=$COUNT_EPOCHS seeds=5 task=count extra=(--config.model.dropout=0)
   elif [[ -n "$long" ]]; then
     epochs="$long" seeds=5
+  elif [[ -n "$grid_distance" ]]; then
+    case "$pe" in
+      alibi_data) epochs=8 seeds=5 ;;
+      *) epochs=16 seeds=8 ;;
+    esac
   else
     case "$pe" in
       rope|rope_additive) epochs=16 seeds=8 ;;
