@@ -85,9 +85,10 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   if "dynamic" in kinds:
     # the PE's own transform (PoPE, rope_learned) at the positions, and with
     # every position 0 as the θ = 0 counterpart (PoPE keeps its softplus
-    # magnitudes and key phase there: only position is removed)
-    q_rot, k_rot = block.qk_fn(positions)(q, k)
-    content_theta0 = gram(*block.qk_fn(jnp.zeros_like(positions))(q, k))
+    # magnitudes and key phase there: only position is removed; CARoPE's
+    # phases are then equal on every token, so they cancel in q·k)
+    q_rot, k_rot = block.qk_fn(positions, x=hq)(q, k)
+    content_theta0 = gram(*block.qk_fn(jnp.zeros_like(positions), x=hq)(q, k))
   # a multiplicative decay (alibi_multiplicative): the θ = 0 / ρ = 1
   # counterpart drops it, as it drops a rotation
   factor = block.logit_factor(n)

@@ -279,6 +279,9 @@ class PositionalEncoding:
   # the θ = 0 logits are q·k (+ bias), so the decomposition's content and
   # position Grams add up to them (not PoPE's softplus magnitudes)
   bilinear_logits: bool = True
+  # layer_qk also takes the layer's normed input ``x=`` (CARoPE's per-token
+  # frequencies); other ``dynamic`` PEs are called without it
+  qk_reads_input: bool = False
   # the layer parameter ``[heads, frequencies]`` that holds trained
   # frequencies (rope_learned's θ): recorded at every evaluation
   # (``frequencies.jsonl``) and compared with ``frequencies(cfg)``
@@ -342,7 +345,9 @@ class PositionalEncoding:
     """``(q', k')`` from one layer's queries/keys ``[batch, seq, heads, d]``
     with its PE ``params`` (``positions`` broadcast against ``[batch, seq,
     heads]``; ``freq_mask [heads, frequencies]``: 0 turns that frequency's
-    position off). Declared by kind ``dynamic``; the outputs may be wider."""
+    position off). Declared by kind ``dynamic``; the outputs may be wider.
+    A PE with :attr:`qk_reads_input` gets ``x=``, the layer's normed input
+    ``[batch, seq, d_model]``, as one more keyword."""
     raise NotImplementedError(f"PE {self.name!r} declares no layer q/k transform")
 
   def logit_scale(self, cfg) -> Optional[float]:
@@ -1075,6 +1080,55 @@ class AlibiData(PositionalEncoding):
     return P.forget_gate_bias(jax.nn.log_sigmoid(logits), causal=cfg.causal)
 
 
+class CARoPE(PositionalEncoding):
+  """CARoPE (Veisi et al. 2025, arXiv 2507.23083): RoPE whose base frequency
+  each token sets, per head. ``f(x_t)_h = 1 / (softplus(x_t W + b)_h + 1)``
+  from the layer's (normed) input, and pair ``i`` of head ``h`` turned by
+  the accumulated phase ``φ_i^(h)(m) = Σ_{t<=m} f(x_t)_h^i``
+  (:func:`positional.carope_phases`). With every ``f = θ_1 = base^(-2/d)``
+  it is RoPE. The phase between a query and a key sums the tokens between
+  them, so the logits are a Hadamard product with a content-dependent phase
+  matrix: no Toeplitz form.
+
+  The paper's ``W`` has no bias and the paper says CARoPE starts from RoPE
+  without saying how; here ``W = 0`` and a per-head bias
+  ``b = softplus⁻¹(1/θ_1 - 1)`` make step 0 exactly RoPE (the bias is this
+  codebase's addition)."""
+  name = "carope"
+  description = ("CARoPE: RoPE with per-token per-head base f(x_t) = 1/(softplus(x_t W + b) + 1), "
+                 "phases Σ_{t<=m} f(x_t)^i (context-aware)")
+  coupling = "content_multiplicative"
+  kinds = ("dynamic",)
+  qk_reads_input = True
+  reads = ("rope_base",)
+  spectral_note = ("CARoPE's phase between two tokens sums f(x_t)^i over the tokens between "
+                   "them: the phase matrix depends on the content, so it has no Toeplitz "
+                   "form (RoPE's only when f is constant)")
+
+  def validate(self, cfg):
+    if cfg.head_dim % 2:
+      raise ValueError(f"carope needs an even head_dim; d_model/num_heads = {cfg.head_dim}")
+
+  def frequency_count(self, cfg):
+    return cfg.head_dim // 2
+
+  def frequencies(self, cfg) -> np.ndarray:
+    """RoPE's ``[head_dim/2]`` frequencies: CARoPE's at initialisation."""
+    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+
+  def layer_params(self, cfg, next_key):
+    theta1 = float(self.frequencies(cfg)[1]) if cfg.head_dim > 2 else 0.5
+    return {"carope_w": jnp.zeros((cfg.d_model, cfg.num_heads)),
+            "carope_b": jnp.full((cfg.num_heads,), P.inv_softplus(1.0 / theta1 - 1.0))}
+
+  def layer_qk(self, cfg, params, q, k, positions, freq_mask=None, x=None):
+    if x is None:
+      raise ValueError("carope's q/k transform needs the layer's input x")
+    f = P.carope_frequency(x, params["carope_w"], params["carope_b"])
+    angles = P.carope_phases(f, positions, cfg.head_dim // 2, freq_mask)
+    return (P.rotate(q, angles).astype(q.dtype), P.rotate(k, angles).astype(k.dtype))
+
+
 for _enc in (
     NoPE(), Sinusoidal(), Learned(), Relative(), Alibi(),
     Rotary("rope", "rotary on all heads, interleaved pairs"),
@@ -1086,7 +1140,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
-    PoPE(), RopeLearned(), AlibiData(),
+    PoPE(), RopeLearned(), AlibiData(), CARoPE(),
 ):
   register(_enc)
 del _enc

@@ -522,19 +522,22 @@ class _Block(nnx.Module):
       gated = self.gate_bias(h, mask)
       bias = gated if bias is None else bias + gated
     if "dynamic" in enc.kinds:  # the layer's own q/k transform (its rotation, if any)
-      extra = {"qk_fn": self.qk_fn(positions, freq_mask), "scale": enc.logit_scale(self.cfg)}
+      extra = {"qk_fn": self.qk_fn(positions, freq_mask, x=h),
+               "scale": enc.logit_scale(self.cfg)}
       freq_mask = None
     return self.attn.head_outputs(h, self.kv_input(h, e), positions=positions, bias=bias,
                                   mask=mask, dropout_key=key, bias_fn=bias_fn,
                                   factor=self.logit_factor(x.shape[1], positions),
                                   freq_mask=freq_mask, **extra)
 
-  def qk_fn(self, positions, freq_mask=None):
+  def qk_fn(self, positions, freq_mask=None, *, x=None):
     """``(q, k) -> (q', k')``: the PE's ``layer_qk`` with this layer's
-    parameters at ``positions`` (kind ``dynamic``)."""
+    parameters at ``positions`` (kind ``dynamic``); ``x``: the layer's normed
+    input, passed on to a PE that reads it (``qk_reads_input``: CARoPE)."""
     cfg, params = self.cfg, self.pe_params()
     pos = jnp.asarray(positions)[:, None]  # broadcasts against [batch, seq, heads]
-    return lambda q, k: cfg.encoding.layer_qk(cfg, params, q, k, pos, freq_mask)
+    more = {"x": x} if cfg.encoding.qk_reads_input else {}
+    return lambda q, k: cfg.encoding.layer_qk(cfg, params, q, k, pos, freq_mask, **more)
 
   def gate_bias(self, h, mask=None):
     """The PE's bias from this layer's normed input ``h`` (kind ``gated``)."""

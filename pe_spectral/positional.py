@@ -34,7 +34,7 @@ __all__ = [
     "fire_psi", "fire_init", "fire_coeffs", "fire_bias",
     "cope_positions", "cope_bias", "kerple_of_distance",
     "random_positions", "sinusoidal_at", "distances", "relative_table_index",
-    "inv_softplus",
+    "inv_softplus", "carope_frequency", "carope_phases",
 ]
 
 
@@ -971,3 +971,38 @@ def forget_gate_bias(log_gates: jax.Array, *, causal: bool = False) -> jax.Array
   back, ahead = c[:, :h], c[:, h:]
   return jnp.where(j <= i, back[..., :, None] - back[..., None, :],
                    ahead[..., None, :] - ahead[..., :, None])
+
+
+def carope_frequency(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+  """CARoPE's per-token, per-head base frequency (Veisi et al. 2025, arXiv
+  2507.23083, section 2): ``f(x_t) = 1 / (softplus(x_t W + b) + 1)``, in
+  (0, 1). ``x [..., d_model]``, ``w [d_model, heads]``, ``b [heads]``; the
+  paper's ``W`` has no bias ``b`` (it is how this codebase starts CARoPE at
+  RoPE, which the paper says it does without saying how)."""
+  return 1.0 / (jax.nn.softplus(x.astype(jnp.float32) @ w + b) + 1.0)
+
+
+def carope_phases(f: jax.Array, positions, pairs: int, freq_mask=None) -> jax.Array:
+  """CARoPE's accumulated phases ``φ_i^(h)(m) = Σ_{t: p_t <= p_m} f(x_t)_h^i``
+  for pairs ``i = 0 .. pairs-1`` (the paper's sum over ``t = 1..m``: RoPE's
+  ``m θ_1^i`` when every ``f = θ_1``).
+
+  Args:
+    f: ``[batch, seq, heads]`` from :func:`carope_frequency`.
+    positions: the tokens' positions ``[seq]`` (any shape that flattens to it).
+      In order (``0..seq-1``) the sum is a cumulative sum; with every position
+      equal every token gets the same phase, so the rotation cancels in
+      ``q·k`` (the θ = 0 counterpart of ``decompose``).
+    freq_mask: ``[heads, pairs]``; 0 stops that pair's phase.
+
+  Returns:
+    ``[batch, seq, heads, pairs]`` angles for :func:`rotate`.
+  """
+  pos = jnp.reshape(jnp.asarray(positions), (-1,))
+  if pos.shape[0] != f.shape[1]:
+    raise ValueError(f"carope_phases: {pos.shape[0]} positions for {f.shape[1]} tokens")
+  steps = f[..., None] ** jnp.arange(pairs, dtype=f.dtype)  # [b, n, H, pairs]
+  if freq_mask is not None:
+    steps = steps * freq_mask
+  upto = (pos[None, :] <= pos[:, None]).astype(f.dtype)  # [m, t]: t counts toward m
+  return jnp.einsum("mt,bthi->bmhi", upto, steps)

@@ -1,7 +1,8 @@
 """The content-dependent and learned-frequency PEs (pope, rope_learned,
-alibi_data) against float64 loops written from their papers' formulas, their
-identities (PoPE without position = softplus-content attention; rope_learned
-at its initial θ = rope; alibi_data with constant gates = ALiBi), the CLIs on
+alibi_data, carope) against float64 loops written from their papers' formulas,
+their identities (PoPE without position = softplus-content attention;
+rope_learned at its initial θ = rope; alibi_data with constant gates = ALiBi;
+carope with a constant frequency = rope with that frequency), the CLIs on
 them, and a researcher's PE loaded from a module of their own."""
 import json
 import math
@@ -68,6 +69,37 @@ def _rope_logits_loop(q, k, pos, theta):
     for i in range(n):
       for j in range(n):
         out[hh, i, j] = turn(q[i, hh], pos[i], hh) @ turn(k[j, hh], pos[j], hh) / math.sqrt(d)
+  return out
+
+
+def _carope_logits_loop(q, k, x, w, b):
+  """CARoPE (arXiv 2507.23083, section 2), float64: f_th = 1/(softplus(x_t·W_h
+  + b_h) + 1), φ_i^h(m) = Σ_{t=0}^{m} f_th^i, pair (2i, 2i+1) of head h at
+  token m turned by φ_i^h(m); q, k [n, heads, d], x [n, d_model] -> [heads, n, n]."""
+  n, h, d = q.shape
+  f = np.empty((n, h))
+  for t in range(n):
+    for hh in range(h):
+      f[t, hh] = 1.0 / (_softplus64(float(x[t] @ w[:, hh]) + b[hh]) + 1.0)
+  phi = np.zeros((n, h, d // 2))
+  for m in range(n):
+    for hh in range(h):
+      for i in range(d // 2):
+        phi[m, hh, i] = sum(f[t, hh] ** i for t in range(m + 1))
+
+  def turn(v, m, hh):
+    y = np.empty(d)
+    for i in range(d // 2):
+      a = phi[m, hh, i]
+      y[2 * i] = v[2 * i] * math.cos(a) - v[2 * i + 1] * math.sin(a)
+      y[2 * i + 1] = v[2 * i] * math.sin(a) + v[2 * i + 1] * math.cos(a)
+    return y
+
+  out = np.zeros((h, n, n))
+  for hh in range(h):
+    for i in range(n):
+      for j in range(n):
+        out[hh, i, j] = turn(q[i, hh], i, hh) @ turn(k[j, hh], j, hh) / math.sqrt(d)
   return out
 
 
@@ -169,7 +201,7 @@ def _layer0_qk(cfg, params, ids):
           np.asarray(h, np.float64)[0], blk)
 
 
-@pytest.mark.parametrize("pe", ["pope", "rope_learned", "alibi_data"])
+@pytest.mark.parametrize("pe", ["pope", "rope_learned", "alibi_data", "carope"])
 def test_the_model_computes_the_papers_logits(pe):
   """Layer 0's logits inside the model equal the float64 loop of the PE's
   formula on the model's own projections and (perturbed) PE parameters."""
@@ -184,6 +216,9 @@ def test_the_model_computes_the_papers_logits(pe):
   elif pe == "rope_learned":
     blk["rope_theta"] = blk["rope_theta"] * jnp.asarray(rng.uniform(0.5, 2.0, (2, d // 2)),
                                                         jnp.float32)
+  elif pe == "carope":  # frequencies that differ by token and head
+    blk["carope_w"] = jnp.asarray(rng.normal(size=blk["carope_w"].shape), jnp.float32)
+    blk["carope_b"] = jnp.asarray(rng.normal(size=blk["carope_b"].shape), jnp.float32)
   else:
     blk["gate_b"] = jnp.asarray(rng.normal(size=blk["gate_b"].shape), jnp.float32)
   ids = jnp.asarray(rng.integers(1, cfg.vocab_size, (1, 9)))
@@ -195,6 +230,9 @@ def test_the_model_computes_the_papers_logits(pe):
                              np.asarray(blk["pope_phase"], np.float64))
   elif pe == "rope_learned":
     want = _rope_logits_loop(q, k, pos, np.asarray(blk["rope_theta"], np.float64))
+  elif pe == "carope":
+    want = _carope_logits_loop(q, k, h, np.asarray(blk["carope_w"], np.float64),
+                               np.asarray(blk["carope_b"], np.float64))
   else:
     gl = h @ np.asarray(blk["gate_w"], np.float64) + np.asarray(blk["gate_b"], np.float64)
     log_f = -np.logaddexp(0.0, -gl)  # log sigmoid
@@ -214,6 +252,49 @@ def test_rope_learned_at_its_initial_frequencies_is_rope():
   g, p = init_model(_cfg("rope_learned"), jax.random.key(5))
   p["blocks"][0]["rope_theta"] = p["blocks"][0]["rope_theta"] * 1.5
   assert np.abs(np.asarray(apply_model(g, p, ids)) - out["rope"]).max() > 1e-4
+
+
+@pytest.mark.parametrize("c", [None, 0.5])
+def test_carope_with_a_constant_frequency_is_rope_with_that_frequency(c):
+  """W = 0 makes f the constant 1/(softplus(b) + 1); CARoPE is then RoPE whose
+  θ_1 is that constant (base c^(-d/2)). None: the initialisation, RoPE's own
+  θ_1 at the default base. Different tokens' frequencies break it."""
+  rng = np.random.default_rng(9)
+  ids = jnp.asarray(rng.integers(1, 7, (3, 10)))
+  d = _cfg("rope").head_dim
+  g, p = init_model(_cfg("carope"), jax.random.key(5))  # carope draws no key
+  base = _cfg("rope").rope_base
+  if c is not None:
+    for blk in p["blocks"].values():
+      blk["carope_b"] = jnp.full_like(blk["carope_b"], P.inv_softplus(1.0 / c - 1.0))
+    base = c ** (-d / 2)
+  g_r, p_r = init_model(_cfg("rope", rope_base=base), jax.random.key(5))
+  want = np.asarray(apply_model(g_r, p_r, ids))
+  np.testing.assert_allclose(np.asarray(apply_model(g, p, ids)), want, rtol=1e-5, atol=1e-5)
+  p["blocks"][0]["carope_w"] = jnp.asarray(rng.normal(size=(16, 2)), jnp.float32)
+  assert np.abs(np.asarray(apply_model(g, p, ids)) - want).max() > 1e-4
+
+
+def test_carope_phases_cancel_without_position_and_a_masked_pair_stays_put():
+  """Every position equal (decompose's θ = 0 counterpart): every token gets the
+  same phase, and q'·k' = q·k. A frequency mask of 0 leaves that pair unturned."""
+  rng = np.random.default_rng(10)
+  b, n, h, d = 2, 7, 3, 8
+  f = jnp.asarray(rng.uniform(0.1, 0.9, (b, n, h)), jnp.float32)
+  q, k = (jnp.asarray(rng.normal(size=(b, n, h, d)), jnp.float32) for _ in range(2))
+  flat = P.carope_phases(f, np.zeros(n, int), d // 2)
+  np.testing.assert_allclose(np.einsum("bqhd,bkhd->bhqk", P.rotate(q, flat), P.rotate(k, flat)),
+                             np.einsum("bqhd,bkhd->bhqk", q, k), rtol=1e-4, atol=1e-4)
+  # in order: the cumulative sum of f^i (pair 0: f^0 = 1, RoPE's θ_0 = 1)
+  phases = np.asarray(P.carope_phases(f, np.arange(n), d // 2))
+  f64 = np.asarray(f, np.float64)
+  np.testing.assert_allclose(phases, np.cumsum(f64[..., None] ** np.arange(d // 2), axis=1),
+                             rtol=1e-5)
+  mask = np.ones((h, d // 2))
+  mask[1, 2] = 0.0
+  masked = P.carope_phases(f, np.arange(n), d // 2, jnp.asarray(mask))
+  assert np.all(np.asarray(masked)[:, :, 1, 2] == 0.0)
+  np.testing.assert_allclose(np.asarray(masked)[:, :, 0], phases[:, :, 0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -242,6 +323,7 @@ def test_couplings_are_declared_in_the_extended_vocabulary():
   assert encodings.get("pope").coupling == "content_multiplicative"
   assert encodings.get("alibi_data").coupling == "content_additive"
   assert encodings.get("rope_learned").coupling == "multiplicative"
+  assert encodings.get("carope").coupling == "content_multiplicative"
   bad = encodings.NoPE()
   bad.name, bad.coupling = "odd_coupling", "sideways"
   with pytest.raises(ValueError, match="coupling"):
@@ -298,7 +380,7 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
   that finds the file again from the run's config; a clash is one line."""
   mod = tmp_path / "my_pes.py"
   mod.write_text(OUTSIDE_PE)
-  pes = ["pope", "alibi_data", "my_learned_rope"]
+  pes = ["pope", "alibi_data", "my_learned_rope", "carope"]
   _cli("experiments.sweep", f"--pe={','.join(pes)}", f"--pe_module={mod}", "--preset=smoke",
        "--seeds=2", "--steps=6", "--eval_every=6", "--task=even_pairs", cwd=tmp_path)
   wds = [str(tmp_path / "runs" / "even_pairs" / f"{pe}-smoke-steps6") for pe in pes]
@@ -306,7 +388,8 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
     assert json.load(f)["run"]["model"]["pe_module"] == str(mod)
   with open(os.path.join(wds[0], "config.json")) as f:
     assert "pe_module" not in json.load(f)["run"]["model"]  # a package PE records none
-  _cli("experiments.ablate", f"--workdir={wds[0]},{wds[2]}", "--frequencies", cwd=tmp_path)
+  _cli("experiments.ablate", f"--workdir={wds[0]},{wds[2]},{wds[3]}", "--frequencies",
+       cwd=tmp_path)
   _cli("experiments.ablate", f"--workdir={wds[1]}", cwd=tmp_path)
   _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
   _cli("experiments.lengths", f"--workdir={','.join(wds)}", "--factors=1,2",

@@ -20,9 +20,10 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
           "p_rope"} <= analysed
   # said, not faked (faithful MLA: the paper's transform is not a rotation)
   assert set(res["no_toeplitz"]) == {"nope", "learned", "xpos", "cope", "mla", "pope",
-                                     "alibi_data"}
+                                     "alibi_data", "carope"}
   assert "not a rotation" in res["no_toeplitz"]["mla"]
   assert "content" in res["no_toeplitz"]["cope"]
+  assert "content" in res["no_toeplitz"]["carope"]
   assert all(r["contained"] for r in res["toeplitz"])
   # the PE a faithful run trains: ALiBi head 0 has the paper's slope exp(0) = 1
   alibi = [r for r in res["toeplitz"] if r["pe"] == "alibi"]
