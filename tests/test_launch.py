@@ -262,7 +262,7 @@ def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
   lines = out.stdout.strip().splitlines()
   sweeps = [line for line in lines if "experiments.sweep" in line]
   assert [line.split("--pe=")[1].split()[0] for line in sweeps] == [
-      "pope", "alibi_data", "rope_learned"]
+      "pope", "alibi_data", "rope_learned", "carope"]
   # the same flags as the committed count runs, but the PE and the workdir
   ref = count.stdout.strip().split()
   for line in sweeps:
@@ -271,7 +271,7 @@ def test_grid_dry_run_is_the_count_configuration_with_the_new_pes():
                .replace(f"runs/grid-count/{pe}", "runs/thesis-count/rope"))
     assert as_rope.split() == ref, (line, ref)
   assert [line.split("--workdir=")[1] for line in lines if "experiments.decompose" in line] \
-      == [f"runs/grid-count/{pe}" for pe in ("pope", "alibi_data", "rope_learned")]
+      == [f"runs/grid-count/{pe}" for pe in ("pope", "alibi_data", "rope_learned", "carope")]
   # rope_learned alone gets the head ablation: where its deposit head's frequencies went
   assert [line.split("--workdir=")[1] for line in lines if "experiments.ablate" in line] \
       == ["runs/grid-count/rope_learned"]
@@ -289,7 +289,7 @@ def test_grid_distance_dry_run_is_each_static_partners_task1_configuration():
          for line in thesis.stdout.strip().splitlines()}
   lines = out.stdout.strip().splitlines()
   sweeps = [line for line in lines if "experiments.sweep" in line]
-  partner = {"pope": "rope", "alibi_data": "alibi", "rope_learned": "rope"}
+  partner = {"pope": "rope", "alibi_data": "alibi", "rope_learned": "rope", "carope": "rope"}
   assert [line.split("--pe=")[1].split()[0] for line in sweeps] == list(partner)
   for line in sweeps:
     pe = line.split("--pe=")[1].split()[0]

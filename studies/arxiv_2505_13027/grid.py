@@ -1,8 +1,8 @@
-"""(h), the content-dependent coupling grid (study.md, tenth amendment).
+"""(h), the content-dependent coupling grid (study.md, tenth and eleventh amendments).
 
 Pairs a content-dependent PE with its static twin on the fourth amendment's
-Task 2 runs: ``pope`` vs ``rope`` (multiplicative: contraction ratio) and
-``alibi_data`` vs ``alibi`` (additive: widening ratio), each measured on the
+Task 2 runs: ``pope`` and ``carope`` vs ``rope`` (multiplicative: contraction
+ratio) and ``alibi_data`` vs ``alibi`` (additive: widening ratio), each measured on the
 run's last ``spectra.jsonl`` row (median over heads, geometric mean over
 layers, per seed), and the examples to 90 % of the final test accuracy.
 ``rope_learned`` is described (frequency drift), not judged. Pure functions
@@ -21,12 +21,13 @@ from studies.arxiv_2505_13027 import claims
 
 # (content-dependent, static, coupling measure)
 GRID_PAIRS = (("pope", "rope", "contraction_ratio"),
-              ("alibi_data", "alibi", "widening_ratio"))
+              ("alibi_data", "alibi", "widening_ratio"),
+              ("carope", "rope", "contraction_ratio"))  # the eleventh amendment
 DESCRIBED = ("rope_learned",)
 NEW_PES = tuple(p for p, _, _ in GRID_PAIRS) + DESCRIBED
 # the fourth amendment's other two Task 2 runs, shown beside the grid
 SHOWN = ("rope_additive", "alibi_multiplicative")
-GRID_ORDER = ("rope", "pope", "rope_learned", "alibi", "alibi_data")
+GRID_ORDER = ("rope", "pope", "rope_learned", "alibi", "alibi_data", "carope")
 TABLE_ORDER = GRID_ORDER + SHOWN
 
 
@@ -35,9 +36,8 @@ TABLE_ORDER = GRID_ORDER + SHOWN
 # and seeds in the table (Task 1's members train at different budgets)
 TASK2 = dict(
     title="## (h) The content-dependent coupling grid (Task 2, dropout 0, 24 epochs, seeds 0-4)",
-    intro="Registered in study.md's tenth amendment; measures from each run's last "
-          "`spectra.jsonl` row (16 test examples). CARoPE is not implemented (its form "
-          "could not be retrieved here).",
+    intro="Registered in study.md's tenth amendment (`carope` in its eleventh); measures "
+          "from each run's last `spectra.jsonl` row (16 test examples).",
     caption="Task 2, cpu, dropout 0, 24 epochs", prefix="grid", judged=True, budgets=False)
 TASK1 = dict(
     title="### (h), described: the same PEs on Task 1 (`distance`, cpu preset)",

@@ -20,20 +20,21 @@
 # amendment), 24 epochs, seeds 0-4, in runs/thesis-count/ and
 # results/thesis-count/.
 # --grid: the content-dependent coupling grid (the tenth amendment): the same
-# Task 2 runs for alibi_data, pope and rope_learned, beside --count's alibi and
+# Task 2 runs for alibi_data, pope, rope_learned and carope (the eleventh
+# amendment), beside --count's alibi and
 # rope, in runs/grid-count/ and results/grid-count/, each followed by its
 # trained-logit decomposition (decompose.json) and, for rope_learned, its
 # recorded frequencies (frequencies.jsonl) and head ablation (ablation.json).
 # --grid_distance: the grid's descriptive Task 1 table (the tenth amendment):
-# the same three PEs at the cpu preset on Task 1, each at its static
-# partner's budget and seeds in results/thesis/ (pope, rope_learned: rope's 16
+# the same PEs at the cpu preset on Task 1, each at its static partner's
+# budget and seeds in results/thesis/ (pope, rope_learned, carope: rope's 16
 # epochs x 8 seeds; alibi_data: alibi's 8 x 5), in runs/grid-distance/ and
 # results/grid-distance/, with the same decomposition and ablation as --grid.
 # GIT_COMMIT=1 commits each finished PE's results/<dir>/<pe>/ (those paths only).
 #   launch/thesis_cpu.sh [--dry_run] [--long|--longer|--last_rung|--count|--grid|--grid_distance] [PE ...]
 #       (default: the four, rotary pair first; with --long/--longer/--last_rung:
 #       rope_additive rope; with --count: alibi_multiplicative alibi rope_additive rope;
-#       with --grid or --grid_distance: pope alibi_data rope_learned)
+#       with --grid or --grid_distance: pope alibi_data rope_learned carope)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 # shellcheck source=launch/common.sh
@@ -54,7 +55,7 @@ case "${1:-}" in
 esac
 PES=("$@")
 if [[ ${#PES[@]} -eq 0 ]]; then
-  if [[ -n "$grid" ]]; then PES=(pope alibi_data rope_learned)
+  if [[ -n "$grid" ]]; then PES=(pope alibi_data rope_learned carope)
   elif [[ -n "$count" ]]; then PES=(alibi_multiplicative alibi rope_additive rope)
   elif [[ -n "$long" ]]; then PES=(rope_additive rope)
   else PES=(rope_additive rope alibi_multiplicative alibi); fi
