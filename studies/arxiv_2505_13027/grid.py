@@ -43,10 +43,9 @@ TASK1 = dict(
     title="### (h), described: the same PEs on Task 1 (`distance`, cpu preset)",
     intro="Descriptive only (study.md, tenth amendment): no statement is made. Each new PE "
           "trains at its static partner's committed Task 1 budget (`results/thesis/`: "
-          "`pope` and `rope_learned` as `rope`, `alibi_data` as `alibi`); measures as above, "
-          "from each run's last `spectra.jsonl` row. On Task 1 the static members did not "
-          "plateau at these budgets (see the coupling study above), so the ratios describe "
-          "runs still moving.",
+          "`pope`, `rope_learned` and `carope` as `rope`, `alibi_data` as `alibi`); measures "
+          "as above, from each run's last `spectra.jsonl` row. The plateau column says which "
+          "runs had stopped moving: the ratios of the others describe runs still training.",
     caption="Task 1, cpu, each at its static partner's budget", prefix="grid_distance",
     judged=False, budgets=True)
 

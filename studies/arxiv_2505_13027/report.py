@@ -797,7 +797,7 @@ def main(argv):
                              + grid.grid_figures(grid_runs, FLAGS.figdir, rel))
     distance_runs = grid.load_grid(FLAGS.grid_distance, FLAGS.thesis[0] if FLAGS.thesis else "")
     if any(pe in distance_runs for pe in grid.NEW_PES):  # once a Task 1 run is committed
-      text += "\n" + "\n".join(grid.grid_section(distance_runs, grid.TASK1)
+      text += "\n\n" + "\n".join(grid.grid_section(distance_runs, grid.TASK1)
                                + grid.grid_figures(distance_runs, FLAGS.figdir, rel, grid.TASK1))
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
