@@ -52,24 +52,34 @@ def _pope_logits_loop(q, k, pos, theta, delta):
   return out
 
 
-def _rope_logits_loop(q, k, pos, theta):
-  """Each pair (2j, 2j+1) of head h turned by pos θ_hj, in float64: [heads, n, n]."""
+def _turn64(x, angles):
+  """Pair (2j, 2j+1) of the float64 vector ``x`` turned by ``angles[j]``."""
+  y = np.empty(len(x))
+  for j, a in enumerate(angles):
+    y[2 * j] = x[2 * j] * math.cos(a) - x[2 * j + 1] * math.sin(a)
+    y[2 * j + 1] = x[2 * j] * math.sin(a) + x[2 * j + 1] * math.cos(a)
+  return y
+
+
+def _turned_logits_loop(q, k, angles):
+  """q_i turned by angles[i, h] dotted with k_j turned by angles[j, h], / sqrt(d):
+  q, k [n, heads, d], angles [n, heads, d/2], float64 -> [heads, n, n]."""
   n, h, d = q.shape
-
-  def turn(x, p, hh):
-    y = np.empty(d)
-    for j in range(d // 2):
-      a = p * theta[hh, j]
-      y[2 * j] = x[2 * j] * math.cos(a) - x[2 * j + 1] * math.sin(a)
-      y[2 * j + 1] = x[2 * j] * math.sin(a) + x[2 * j + 1] * math.cos(a)
-    return y
-
   out = np.zeros((h, n, n))
   for hh in range(h):
     for i in range(n):
       for j in range(n):
-        out[hh, i, j] = turn(q[i, hh], pos[i], hh) @ turn(k[j, hh], pos[j], hh) / math.sqrt(d)
+        out[hh, i, j] = (_turn64(q[i, hh], angles[i, hh]) @ _turn64(k[j, hh], angles[j, hh])
+                         / math.sqrt(d))
   return out
+
+
+def _rope_logits_loop(q, k, pos, theta):
+  """Each pair (2j, 2j+1) of head h turned by pos θ_hj, in float64: [heads, n, n]."""
+  n, h, d = q.shape
+  angles = np.array([[[pos[i] * theta[hh, j] for j in range(d // 2)] for hh in range(h)]
+                     for i in range(n)])
+  return _turned_logits_loop(q, k, angles)
 
 
 def _carope_logits_loop(q, k, x, w, b):
@@ -86,21 +96,7 @@ def _carope_logits_loop(q, k, x, w, b):
     for hh in range(h):
       for i in range(d // 2):
         phi[m, hh, i] = sum(f[t, hh] ** i for t in range(m + 1))
-
-  def turn(v, m, hh):
-    y = np.empty(d)
-    for i in range(d // 2):
-      a = phi[m, hh, i]
-      y[2 * i] = v[2 * i] * math.cos(a) - v[2 * i + 1] * math.sin(a)
-      y[2 * i + 1] = v[2 * i] * math.sin(a) + v[2 * i + 1] * math.cos(a)
-    return y
-
-  out = np.zeros((h, n, n))
-  for hh in range(h):
-    for i in range(n):
-      for j in range(n):
-        out[hh, i, j] = turn(q[i, hh], i, hh) @ turn(k[j, hh], j, hh) / math.sqrt(d)
-  return out
+  return _turned_logits_loop(q, k, phi)
 
 
 def _gate_bias_loop(log_f, causal):
