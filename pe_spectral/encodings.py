@@ -1006,7 +1006,27 @@ class PoPE(PositionalEncoding):
     return 1.0 / math.sqrt(cfg.head_dim)
 
 
-class RopeLearned(PositionalEncoding):
+class _RotaryPairs(PositionalEncoding):
+  """A ``dynamic`` PE that turns RoPE's ``head_dim/2`` pairs and starts from
+  RoPE's frequencies (rope_learned, carope): the even-width check, the
+  frequency count a mask switches, and the initial frequencies."""
+  kinds = ("dynamic",)
+  reads = ("rope_base",)
+
+  def validate(self, cfg):
+    if cfg.head_dim % 2:
+      raise ValueError(f"{self.name} needs an even head_dim; d_model/num_heads = "
+                       f"{cfg.head_dim}")
+
+  def frequency_count(self, cfg):
+    return cfg.head_dim // 2
+
+  def frequencies(self, cfg) -> np.ndarray:
+    """RoPE's ``[head_dim/2]`` frequencies: every head's at initialisation."""
+    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
+
+
+class RopeLearned(_RotaryPairs):
   """RoPE with trainable per-layer, per-head frequencies ``θ_{h,j}``,
   initialised at RoPE's (the one-dimensional form of LieRE / ComRoPE /
   STRING, whose extra rotation the query/key projections absorb). The phases
@@ -1015,23 +1035,9 @@ class RopeLearned(PositionalEncoding):
   name = "rope_learned"
   description = "RoPE with trained per-layer per-head frequencies θ (initialised at RoPE's)"
   coupling = "multiplicative"
-  kinds = ("dynamic",)
   frequency_param = "rope_theta"
-  reads = ("rope_base",)
   takes_positions = True
   toeplitz_label = "Re of each head's phase matrix at its trained θ_1"
-
-  def validate(self, cfg):
-    if cfg.head_dim % 2:
-      raise ValueError(f"rope_learned needs an even head_dim; d_model/num_heads = "
-                       f"{cfg.head_dim}")
-
-  def frequency_count(self, cfg):
-    return cfg.head_dim // 2
-
-  def frequencies(self, cfg) -> np.ndarray:
-    """RoPE's ``[head_dim/2]`` frequencies: every head's initial θ."""
-    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
 
   def layer_params(self, cfg, next_key):
     theta = jnp.asarray(self.frequencies(cfg), jnp.float32)
@@ -1080,7 +1086,7 @@ class AlibiData(PositionalEncoding):
     return P.forget_gate_bias(jax.nn.log_sigmoid(logits), causal=cfg.causal)
 
 
-class CARoPE(PositionalEncoding):
+class CARoPE(_RotaryPairs):
   """CARoPE (Veisi et al. 2025, arXiv 2507.23083): RoPE whose base frequency
   each token sets, per head. ``f(x_t)_h = 1 / (softplus(x_t W + b)_h + 1)``
   from the layer's (normed) input, and pair ``i`` of head ``h`` turned by
@@ -1098,26 +1104,13 @@ class CARoPE(PositionalEncoding):
   description = ("CARoPE: RoPE with per-token per-head base f(x_t) = 1/(softplus(x_t W + b) + 1), "
                  "phases Σ_{t<=m} f(x_t)^i (context-aware)")
   coupling = "content_multiplicative"
-  kinds = ("dynamic",)
   qk_reads_input = True
-  reads = ("rope_base",)
   spectral_note = ("CARoPE's phase between two tokens sums f(x_t)^i over the tokens between "
                    "them: the phase matrix depends on the content, so it has no Toeplitz "
                    "form (RoPE's only when f is constant)")
 
-  def validate(self, cfg):
-    if cfg.head_dim % 2:
-      raise ValueError(f"carope needs an even head_dim; d_model/num_heads = {cfg.head_dim}")
-
-  def frequency_count(self, cfg):
-    return cfg.head_dim // 2
-
-  def frequencies(self, cfg) -> np.ndarray:
-    """RoPE's ``[head_dim/2]`` frequencies: CARoPE's at initialisation."""
-    return P.rope_inverse_frequencies(cfg.head_dim, cfg.rope_base)
-
   def layer_params(self, cfg, next_key):
-    theta1 = float(self.frequencies(cfg)[1]) if cfg.head_dim > 2 else 0.5
+    theta1 = cfg.rope_base ** (-2.0 / cfg.head_dim)  # RoPE's ratio θ_{i+1}/θ_i
     return {"carope_w": jnp.zeros((cfg.d_model, cfg.num_heads)),
             "carope_b": jnp.full((cfg.num_heads,), P.inv_softplus(1.0 / theta1 - 1.0))}
 

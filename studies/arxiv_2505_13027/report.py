@@ -789,16 +789,17 @@ def main(argv):
                    thesis_count_superseded=count_superseded,
                    pilots=load_runs(FLAGS.pilots, depth=1), runs_dir=FLAGS.runs)
   text = render(report, FLAGS.out, FLAGS.figdir)
-  grid_runs = grid.load_grid(FLAGS.grid, FLAGS.thesis_count[0] if FLAGS.thesis_count else "")
-  if any(pe in grid_runs for pe, _, _ in grid.GRID_PAIRS):  # once a grid run is committed
-    rel = os.path.relpath(os.path.abspath(FLAGS.figdir),
-                          os.path.dirname(os.path.abspath(FLAGS.out)))
-    text += "\n" + "\n".join(grid.grid_section(grid_runs)
-                             + grid.grid_figures(grid_runs, FLAGS.figdir, rel))
-    distance_runs = grid.load_grid(FLAGS.grid_distance, FLAGS.thesis[0] if FLAGS.thesis else "")
-    if any(pe in distance_runs for pe in grid.NEW_PES):  # once a Task 1 run is committed
-      text += "\n\n" + "\n".join(grid.grid_section(distance_runs, grid.TASK1)
-                               + grid.grid_figures(distance_runs, FLAGS.figdir, rel, grid.TASK1))
+  rel = os.path.relpath(os.path.abspath(FLAGS.figdir),
+                        os.path.dirname(os.path.abspath(FLAGS.out)))
+  sep = "\n"
+  # (h) on Task 2 (judged), then on Task 1 (described), each once a new PE's run is committed
+  for setting, runs_dir, static_dirs in ((grid.TASK2, FLAGS.grid, FLAGS.thesis_count),
+                                         (grid.TASK1, FLAGS.grid_distance, FLAGS.thesis)):
+    grid_runs = grid.load_grid(runs_dir, static_dirs[0] if static_dirs else "")
+    if any(pe in grid_runs for pe in grid.NEW_PES):
+      text += sep + "\n".join(grid.grid_section(grid_runs, setting)
+                               + grid.grid_figures(grid_runs, FLAGS.figdir, rel, setting))
+      sep = "\n\n"
   if os.path.exists(FLAGS.out):
     with open(FLAGS.out) as f:
       old = f.read()
