@@ -22,7 +22,7 @@ import time
 
 from absl import app, flags
 
-from pe_spectral.xla_config import isa_env
+from pe_spectral.runtime.xla_config import isa_env
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("isas", ["native", "AVX2"],

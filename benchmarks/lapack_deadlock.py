@@ -18,7 +18,7 @@ depends on the program's whole shape (a cut-down program of the same two
 calls, or untrained models, did not deadlock in 300-400 programs here).
 Variants:
 
-* ``two_calls``: :func:`pe_spectral.decompose._layer_summary` with the
+* ``two_calls``: :func:`pe_spectral.analysis.decompose._layer_summary` with the
   decomposition it used before: ``eigvalsh`` of the symmetric parts beside
   ``svd`` of the row-centred logits;
 * ``one_call``: the same summary as it is now (``decompose._spectra``: one
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()  # the flags every entry point and the test suite run with
 
@@ -57,9 +57,9 @@ def _child(variant: str, iters: int, stall_s: float, workdirs) -> int:
   import jax
   import jax.numpy as jnp
 
-  from pe_spectral import decompose as D
-  from pe_spectral import runner
-  from pe_spectral import spectral as S
+  from pe_spectral.analysis import decompose as D
+  from pe_spectral.pe import spectral as S
+  from pe_spectral.training import runner
 
   def two_calls(masked, centred):  # the decomposition decompose used up to 2026-12-02
     eig = jnp.linalg.eigvalsh(S.symmetric_part(masked))

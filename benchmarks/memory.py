@@ -22,7 +22,7 @@ import dataclasses
 import itertools
 import sys
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -34,7 +34,7 @@ from experiments import cli  # noqa: E402
 def _define_flags() -> None:
   """The CLI's flags, defined only when run as a program, so that importing
   ``programs``/``analysis`` (tests, notebooks) defines no absl flag."""
-  flags.DEFINE_string("preset", "paper", "Preset (pe_spectral.config).")
+  flags.DEFINE_string("preset", "paper", "Preset (pe_spectral.training.config).")
   flags.DEFINE_string("task", "distance", "distance or count.")
   flags.DEFINE_string("pe", "rope_sinusoidal", "Positional encoding.")
   flags.DEFINE_bool("faithful", False, "The paper's architecture and optimiser.")
@@ -96,17 +96,17 @@ def analysis(compiled) -> dict:
 def programs(rc, seeds: int, seed_group, *, steps: int, ablation: bool, eval_examples: int,
              mask_chunk: int = 0):
   """``{name: compiled}`` for one configuration, from shapes only."""
-  from pe_spectral import ablation as abl
-  from pe_spectral import train
+  from pe_spectral.analysis import ablation as abl
+  from pe_spectral.training import sizing, train
   num_train = rc.task.num_train
   tr = train.make_steps(rc.model, rc.task, rc.train, num_train, seed_group=seed_group)
   n_eval = eval_examples or (rc.task.num_examples - num_train)
-  out = {"train chunk": train.compile_chunk(tr, seeds, num_steps=steps),
-         "evaluation": train.compile_eval(tr, seeds, n_eval)}
+  out = {"train chunk": sizing.compile_chunk(tr, seeds, num_steps=steps),
+         "evaluation": sizing.compile_eval(tr, seeds, n_eval)}
   if ablation:
     fn = abl._all_seeds_program(tr, "head", "single", False, mask_chunk or None, "shared")
     out["ablation (all heads)"] = fn.lower(tr.abstract_state(seeds)["params"],
-                                           *train.data_shapes(tr, n_eval)).compile()
+                                           *sizing.data_shapes(tr, n_eval)).compile()
   return tr, out
 
 
@@ -114,8 +114,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  from pe_spectral import config as configs
-  from pe_spectral import encodings
+  from pe_spectral.pe import encodings
+  from pe_spectral.training import config as configs
   if FLAGS.pe not in encodings.names():
     raise app.UsageError(f"unknown --pe {FLAGS.pe!r}")
   if FLAGS.preset not in configs.PRESET_NAMES:
@@ -213,7 +213,8 @@ def _run_chunks(tr, rc, seeds: int, reps: int, steps: int, *, compiled):
 
   import jax
 
-  from pe_spectral import tasks, train
+  from pe_spectral.data import tasks
+  from pe_spectral.training import train
   if rc.task not in _DATA:
     _DATA[rc.task] = tasks.generate(rc.task)
   data = _DATA[rc.task]

@@ -34,7 +34,7 @@ import json
 import os
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -105,8 +105,9 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
   attention code at dropout 0 (the library's has no dropout on the
   probabilities; :func:`attention_rows`); ``short``: only the 1-seed and
   ``seeds``-vmapped rows."""
-  from pe_spectral import config as configs
-  from pe_spectral import tasks, train
+  from pe_spectral.data import tasks
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import train
   overrides = None if attention_impl is None else {"model": {"dropout": 0.0}}
   rc = configs.build(preset, "distance", pe, faithful=True, batch_size=batch,
                      attention_impl=attention_impl, overrides=overrides)
@@ -194,8 +195,9 @@ def overhead_fit(log, batches, steps=20, preset="cpu", pe="rope"):
   so (t0 + c*B) / (c*B) bounds its per-seed gain over sequential runs at batch
   B on this machine, whatever the implementation (same per-example work).
   """
-  from pe_spectral import config as configs
-  from pe_spectral import tasks, train
+  from pe_spectral.data import tasks
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import train
   times = []
   for b in batches:
     rc = configs.build(preset, "distance", pe, faithful=True, batch_size=b)
@@ -226,7 +228,7 @@ def torch_row(preset, pe, steps, batch, log, reps=1):
     from benchmarks import torch_baseline
   except ImportError:
     return None
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   rc = configs.build(preset, "distance", pe, faithful=True)
   m = rc.model
   try:
@@ -242,8 +244,10 @@ def torch_row(preset, pe, steps, batch, log, reps=1):
 
 
 def ablation_rows(log, preset: str, seeds: int, examples: int):
-  from pe_spectral import ablation, tasks, train
-  from pe_spectral import config as configs
+  from pe_spectral.analysis import ablation
+  from pe_spectral.data import tasks
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import train
   rc = configs.build(preset, "distance", "rope", faithful=True)
   data = tasks.generate(rc.task)
   tr = train.make_steps(rc.model, rc.task, rc.train.replace(eval_batch_size=min(256, examples)),
@@ -283,7 +287,7 @@ def main(argv):
   res["matmul_peak_gflops"] = peak = matmul_peak()
   log(f"matmul peak (2048², float32): {peak:.1f} GFLOP/s")
   res["train"] = {}
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   runs = []
   for preset in [p for p in FLAGS.presets.split(",") if p]:
     steps = FLAGS.steps if preset != "paper" else FLAGS.paper_steps

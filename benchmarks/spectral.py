@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -21,7 +21,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pe_spectral import spectral as S  # noqa: E402
+from pe_spectral.pe import spectral as S  # noqa: E402
 
 
 def _best(f, *args, reps=3):

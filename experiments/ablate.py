@@ -7,7 +7,7 @@ Writes ``ablation.json`` (``ablation-<mode>[-leak][-<split>].json`` for
 non-default settings) and a heatmap PNG into the workdir: per seed, layer and
 head the accuracy with that head knocked out, the baseline, drop = baseline -
 ablated, and per layer the deposit score (see
-``pe_spectral.ablation.deposit_scores``) with a 95% interval over seeds.
+``pe_spectral.analysis.ablation.deposit_scores``) with a 95% interval over seeds.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import encodings  # noqa: E402
+from pe_spectral.pe import encodings  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "
@@ -108,7 +108,9 @@ def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
   """``(steps, seed_group, mask_chunk)`` for the ablation: the given numbers,
   and for each ``"auto"`` the widest that fits the device's free memory
   (``ablation.fit_memory``); the choice goes to stderr."""
-  from pe_spectral import ablation, train
+  from pe_spectral.analysis import ablation
+  from pe_spectral.runtime import memory
+  from pe_spectral.training import train
   rc, n_train = loaded.rc, loaded.data.train_ids.shape[0]
   steps_for = lambda g: train.make_steps(rc.model, rc.task, rc.train, n_train, seed_group=g)
   if "auto" not in (seed_group, mask_chunk):
@@ -116,7 +118,7 @@ def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
   num_seeds = len(loaded.config["seeds"])
   num_masks = ablation.masks_per_batch(rc.model, mode=FLAGS.mode, leak=FLAGS.leak,
                                        method=FLAGS.method)
-  usable, source = train.memory_budget(memory_gib=FLAGS.memory_gib,
+  usable, source = memory.memory_budget(memory_gib=FLAGS.memory_gib,
                                        fraction=FLAGS.memory_fraction)
   if usable is None:
     print(f"memory auto: {source}; all seeds and masks at once", file=sys.stderr)
@@ -142,7 +144,9 @@ def fit_memory(loaded, ids, labels, seed_group, mask_chunk):
 
 def analyse(wd: str) -> int:
   """Analyses one workdir; 0, or 2 after a one-line error."""
-  from pe_spectral import ablation, devices, plotting, runner, stats
+  from pe_spectral.analysis import ablation, plotting, stats
+  from pe_spectral.runtime import devices
+  from pe_spectral.training import runner
   t0 = time.time()
   with open(os.path.join(wd, "config.json")) as f:  # refused before any restore
     num_seeds = len(json.load(f)["seeds"])
@@ -226,7 +230,7 @@ def analyse(wd: str) -> int:
 def analyse_frequencies(wd, steps, states, ids, labels, config, rc, step, deposit_head,
                         name) -> int:
   """Frequency-band knock-outs beside the head ablation ``name``."""
-  from pe_spectral import ablation, plotting
+  from pe_spectral.analysis import ablation, plotting
   t0 = time.time()
   try:
     # L*H*P masks per seed: all of a layer's masks at once needed 45 GB for
@@ -263,7 +267,7 @@ def analyse_frequencies(wd, steps, states, ids, labels, config, rc, step, deposi
 
 
 def runner_write(path, obj):
-  from pe_spectral import runner
+  from pe_spectral.training import runner
   runner.write_json(path, obj)
 
 

@@ -1,6 +1,6 @@
 """The programs' command-line layer: ``absl.app.run`` with this project's exit
 codes, the ``--config.*`` flags, and the flag names the library's errors map to
-(the library never names a flag: :mod:`pe_spectral.errors`).
+(the library never names a flag: :mod:`pe_spectral.runtime.errors`).
 
 Every usage error exits 2 -- a flag absl cannot parse, an unknown flag, stray
 arguments (``app.UsageError``) -- like the launchers' own flag checks; a run
@@ -16,8 +16,9 @@ from typing import Callable, Optional
 import jax
 from absl import app, flags
 
-from pe_spectral import config, train
-from pe_spectral.errors import Remedy, RunError
+from pe_spectral.runtime import memory
+from pe_spectral.runtime.errors import Remedy, RunError
+from pe_spectral.training import config
 
 __all__ = ["run", "USAGE_EXIT", "HELP_FLAGS", "define_config_flags", "config_overrides",
            "checked_workdirs", "define_memory_flags", "memory_flags_error", "error_line",
@@ -41,7 +42,7 @@ def checked_workdirs(value) -> tuple[list, "str | None"]:
   return wds, None
 
 
-# What the caller of a failed run can do, in flags (pe_spectral.errors.Remedy).
+# What the caller of a failed run can do, in flags (pe_spectral.runtime.errors.Remedy).
 REMEDY_HINTS = {
     Remedy.START_OVER: "pass --noresume to start it over",
     Remedy.OTHER_WORKDIR: "choose another --workdir",
@@ -55,7 +56,7 @@ REMEDY_HINTS = {
 
 def error_line(e: Exception) -> str:
   """One line for a failed run: the library's reason and, for a
-  :class:`~pe_spectral.errors.RunError`, its remedy in flags."""
+  :class:`~pe_spectral.runtime.errors.RunError`, its remedy in flags."""
   if isinstance(e, RunError) and e.remedy is not None:
     return f"{e.reason}; {REMEDY_HINTS[e.remedy]}"
   return str(e)
@@ -134,7 +135,7 @@ def sweep_args(spec: config.RunSpec) -> list[str]:
 
 def define_memory_flags(when: str, program: str) -> None:
   """``--memory_gib`` and ``--memory_fraction``: the memory budget
-  (``train.memory_budget``) that ``program`` sizes itself against ``when``
+  (``memory.memory_budget``) that ``program`` sizes itself against ``when``
   (e.g. "With --seed_group=auto")."""
   from absl import flags
   # listed by --help with the launcher's own flags (absl names __main__ by argv[0])
@@ -150,7 +151,7 @@ def define_memory_flags(when: str, program: str) -> None:
 def memory_flags_error(memory_gib, fraction) -> "str | None":
   """What is wrong with a memory budget's ``--memory_gib`` / ``--memory_fraction``
   values, or None."""
-  err = train.memory_budget_error(memory_gib, fraction)
+  err = memory.memory_budget_error(memory_gib, fraction)
   return None if err is None else f"--{err}"  # the library names its arguments as the flags
 
 

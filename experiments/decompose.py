@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -48,7 +48,9 @@ def main(argv):
 
 def analyse(wd: str) -> int:
   """Analyses one workdir; 0, or 2 after a one-line error."""
-  from pe_spectral import decompose, devices, plotting, runner
+  from pe_spectral.analysis import decompose, plotting
+  from pe_spectral.runtime import devices
+  from pe_spectral.training import runner
   try:
     config, rc, steps, states, data, step, _ = runner.load_run(wd)
   except runner.CheckpointError as e:
@@ -75,7 +77,7 @@ def analyse(wd: str) -> int:
     # extremes (ALiBi: spectral.alibi_extreme_eigs, ≈ 0.55 m n^2) on each
     # example's real (unpadded) length n: 1 up to float rounding unless the
     # bias is not what the closed form describes.
-    from pe_spectral.model import PAD_ID
+    from pe_spectral.nn.model import PAD_ID
     n = np.asarray(ids != PAD_ID).sum(1)                                 # [B]
     exact = {}
     for length in np.unique(n):

@@ -7,7 +7,7 @@ trained without the writer), from their JSONL files.
 
 ``--root`` converts every ``<root>/<task>/<run>/`` with a ``config.json``.
 Each run gets ``<run>/tb/seed<s>/`` and ``<run>/tb/mean/`` (written afresh;
-``pe_spectral.events``). Needs ``tensorboardX``. A sweep writes the same events
+``pe_spectral.training.events``). Needs ``tensorboardX``. A sweep writes the same events
 as it trains when ``tensorboardX`` is installed.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from absl import app, flags
 
 from experiments import cli
-from pe_spectral import events
+from pe_spectral.training import events
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workdir", [], "Run directories (each with config.json and metrics.jsonl).")

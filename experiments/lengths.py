@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import encodings, positional  # noqa: E402
+from pe_spectral.pe import encodings, positional  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workdir", None, "Finished sweep workdirs (comma list).")
@@ -77,7 +77,10 @@ def _factors(values) -> list[float]:
 def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
                      rope_scaling: str, log=print) -> dict:
   """The ``lengths.json`` dict of one workdir (see module docstring)."""
-  from pe_spectral import devices, extrapolation, runner, stats, tasks, train
+  from pe_spectral.analysis import extrapolation, stats
+  from pe_spectral.data import tasks
+  from pe_spectral.runtime import devices
+  from pe_spectral.training import runner, train
   run = runner.load_run(wd)
   config, rc, states, data, step = run.config, run.rc, run.states, run.data, run.step
   if shift and rc.model.faithful:
@@ -153,7 +156,8 @@ def main(argv):
   if FLAGS.examples < 1 or FLAGS.shift < 0:
     print("error: --examples must be >= 1 and --shift >= 0", file=sys.stderr)
     return 2
-  from pe_spectral import plotting, runner
+  from pe_spectral.analysis import plotting
+  from pe_spectral.training import runner
   log = lambda msg: print(msg, file=sys.stderr, flush=True)
   name = output_name(FLAGS.rope_scaling, FLAGS.shift)
   results = []

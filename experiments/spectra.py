@@ -3,7 +3,7 @@ r"""Spectral bounds of positional encodings vs exact extremes, with figures.
   python -m experiments.spectra                       # every registered PE
   python -m experiments.spectra --pe=alibi,fire --n=64,512 --faithful
 
-Every PE comes from the registry (``pe_spectral.encodings``) and is analysed
+Every PE comes from the registry (``pe_spectral.pe.encodings``) and is analysed
 as a run of ``--preset`` trains it: its own ``toeplitz_coeffs`` hook at
 initialisation (ALiBi with the mode's slopes, the relative scheme of
 ``--relative_buckets``, KERPLE, FIRE, the input sinusoid's Gram, a rotation's
@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -40,10 +40,10 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import encodings  # noqa: E402
-from pe_spectral import spectral as S  # noqa: E402
-from pe_spectral.config import MODEL_PRESETS as PRESETS  # noqa: E402
-from pe_spectral.model import ModelConfig  # noqa: E402
+from pe_spectral.nn.model import ModelConfig  # noqa: E402
+from pe_spectral.pe import encodings  # noqa: E402
+from pe_spectral.pe import spectral as S  # noqa: E402
+from pe_spectral.training.config import MODEL_PRESETS as PRESETS  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "all", "Comma list of registered PEs, or 'all': "
@@ -198,7 +198,7 @@ def content_rows(ns, theta, samples, dense_max):
 
 
 def make_figures(result, outdir):
-  from pe_spectral import plotting
+  from pe_spectral.analysis import plotting
   plotting.spectral_bound_tightness(result["toeplitz"],
                                     os.path.join(outdir, "bound_tightness.png"))
   plotting.spectral_spread_growth(result["toeplitz"], result["envelope"],
@@ -265,7 +265,7 @@ def main(argv):
                  if theta is not None else [],
   }
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  from pe_spectral.runner import write_json
+  from pe_spectral.training.runner import write_json
   write_json(os.path.join(FLAGS.outdir, "spectra.json"), result)
   make_figures(result, FLAGS.outdir)
   violations = [r for r in result["toeplitz"] if not r["contained"]]

@@ -6,7 +6,7 @@ r"""Multi-seed training sweep: all seeds of a PE in one compiled, vmapped progra
 
 Each (PE, rope_heads) pair runs one after another into its own workdir
 (default ``runs/<task>/<pe>[-k<rope_heads>][-faithful][-<preset>][-<field><value>...]``,
-``pe_spectral.config.RunSpec.run_id``: the ``cpu`` preset has no suffix, and
+``pe_spectral.training.config.RunSpec.run_id``: the ``cpu`` preset has no suffix, and
 each flag or ``--config.*`` override that changes what is trained adds its
 field and value). Rerunning a command resumes from the last
 checkpoint; a finished run just prints its summary. Progress goes to stderr,
@@ -24,16 +24,17 @@ import sys
 import tempfile
 import time
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()  # must precede JAX's backend initialisation
 
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import config as configs  # noqa: E402
-from pe_spectral import encodings, tasks  # noqa: E402
-from pe_spectral.timefmt import minutes_seconds  # noqa: E402
+from pe_spectral.data import tasks  # noqa: E402
+from pe_spectral.pe import encodings  # noqa: E402
+from pe_spectral.runtime.timefmt import minutes_seconds  # noqa: E402
+from pe_spectral.training import config as configs  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
@@ -392,11 +393,11 @@ def main(argv):
     print("error: --coordinator_address/--num_processes/--process_id need "
           "--distributed", file=sys.stderr)
     return 2
-  from pe_spectral import runner  # noqa: E402  (imports JAX)
+  from pe_spectral.training import runner  # noqa: E402  (imports JAX)
   seeds = list(range(FLAGS.seed, FLAGS.seed + FLAGS.seeds))
   import jax
   quiet = jax.process_index() != 0
-  from pe_spectral import events  # noqa: E402
+  from pe_spectral.training import events  # noqa: E402
   tensorboard = FLAGS.tensorboard and events.available()
   if FLAGS.tensorboard and not tensorboard and not quiet:
     print(f"note: no TensorBoard event files without tensorboardX ({events.INSTALL_HINT}); "

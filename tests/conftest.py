@@ -1,4 +1,4 @@
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 # Before any test touches JAX: the measured-faster XLA:CPU settings.
 xla_config.tune_cpu()
@@ -59,7 +59,7 @@ def assert_fast_matches_reference(loss, params, *, rtol, atol):
   import jax
   import numpy as np
 
-  from pe_spectral import speed
+  from pe_spectral.runtime import speed
   l_fast, g_fast = jax.value_and_grad(loss)(params)
   with speed.reference():
     l_ref, g_ref = jax.value_and_grad(loss)(params)

@@ -3,8 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import ablation, tasks, train
-from pe_spectral import config as configs
+from pe_spectral.analysis import ablation
+from pe_spectral.data import tasks
+from pe_spectral.training import config as configs
+from pe_spectral.training import train
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +270,7 @@ def test_shared_prefix_equals_masked_model(pe, faithful, dtype):
 def test_frequency_ablation_equals_a_per_frequency_loop(trained):
   """Every (layer, head, pair) knock-out of the shared-prefix program against the
   full model evaluated once per mask in a Python loop (un-jitted masks)."""
-  from pe_spectral.model import apply_model
+  from pe_spectral.nn.model import apply_model
   tr, states, data = trained
   cfg = tr.model_cfg
   L, H, P = cfg.num_layers, cfg.num_heads, cfg.head_dim // 2
@@ -293,7 +295,7 @@ def test_frequency_ablation_equals_a_per_frequency_loop(trained):
 def test_masking_every_pair_is_theta_zero():
   """All pairs of every head masked = NoPE on the same parameters; all pairs of
   heads >= 1 masked = RoPE on head 0 only (partial_rope, k = 1)."""
-  from pe_spectral.model import ModelConfig, apply_model, init_model
+  from pe_spectral.nn.model import ModelConfig, apply_model, init_model
   small = dict(vocab_size=23, num_classes=5, d_model=16, num_heads=2, num_layers=2,
                d_ff=32, max_len=12, dropout=0.0)
   g, params = init_model(ModelConfig(pe="rope", **small), jax.random.key(0))
@@ -334,6 +336,6 @@ def test_seed_groups_report_progress_in_order(trained, capsys):
 
 
 def test_minutes_seconds_format():
-  from pe_spectral.timefmt import minutes_seconds
+  from pe_spectral.runtime.timefmt import minutes_seconds
   assert [minutes_seconds(s) for s in (0, 9.99, 60, 95.4, 3600 + 61)] == [
       "0m00s", "0m09s", "1m00s", "1m35s", "61m01s"]

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral.attention import attention
+from pe_spectral.nn.attention import attention
 
 
 def _ref(q, k, v, bias=None, mask=None, head_mask=None):
@@ -125,7 +125,7 @@ def test_hand_written_vjp_matches_autodiff():
 def test_linear_bias_gradient_matches_nnx_linear():
   from flax import nnx
 
-  from pe_spectral.attention import Linear, add_bias
+  from pe_spectral.nn.attention import Linear, add_bias
   ours = Linear(5, 3, rngs=nnx.Rngs(0))
   ref = nnx.Linear(5, 3, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(1), (4, 6, 5))
@@ -143,12 +143,14 @@ def test_linear_bias_gradient_matches_nnx_linear():
 
 
 def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
-  """The one switch (pe_spectral.speed): the whole model's training loss and
+  """The one switch (pe_spectral.runtime.speed): the whole model's training loss and
   gradient with the speed layer (custom VJPs, fast dropout bits) equal the
   plain path's, dropout included; forward-mode AD, which the custom VJPs do not
   support, works through the reference path."""
-  from pe_spectral import config as configs
-  from pe_spectral import speed, tasks, train
+  from pe_spectral.data import tasks
+  from pe_spectral.runtime import speed
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import train
   rc = configs.build("smoke", "distance", "rope", steps=2)
   data = tasks.generate(rc.task, num_examples=64)
   key = jax.random.key(3)

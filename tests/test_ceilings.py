@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pe_spectral import ceilings
-from pe_spectral.tasks import TaskConfig, generate
+from pe_spectral.analysis import ceilings
+from pe_spectral.data.tasks import TaskConfig, generate
 
 
 def test_bayes_ceiling_matches_protocol_measurement():

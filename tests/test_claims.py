@@ -243,7 +243,7 @@ def test_second_convergence_rule_judges_test_accuracy():
 
 def _with_config(r, **model):
   """``r`` with the config.json its preset gives, the ``model`` fields set."""
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   rc = configs.build(r["preset"], r["task"], r["pe"], faithful=r["faithful"]).to_dict()
   rc["model"].update(model)
   return {**r, "config": {"run": rc}}
@@ -436,7 +436,7 @@ def test_verdicts_are_outcomes_with_reasons_never_parsed_text():
     assert twin == v and twin.outcome is O.NOT_TESTABLE and twin.reason == v.reason
   assert C.combine([V(O.REPRODUCED), V(O.REFUTED, "x")]).outcome is O.REFUTED
   assert C.combine([V(O.REPRODUCED), V(O.INCONCLUSIVE, "reproduced later")]) == "inconclusive"
-  from pe_spectral import workdir
+  from pe_spectral.training import workdir
   from studies.arxiv_2505_13027 import RESULTS
   runs = workdir.load_runs(os.path.join(RESULTS, "runs"))
   rows = C.claims(runs)

@@ -9,9 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from pe_spectral import config as configs
-from pe_spectral import encodings, tasks, workdir
-from pe_spectral.model import PE_SCOPED, ModelConfig, apply_model, init_model
+from pe_spectral.data import tasks
+from pe_spectral.nn.model import PE_SCOPED, ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.training import config as configs
+from pe_spectral.training import workdir
 
 # A value for each scoped field that differs from every preset's (the
 # rope_scaling trio and the PE options are refused for a PE they do not apply

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import attention as A
-from pe_spectral import encodings
-from pe_spectral import positional as P
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn import attention as A
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.pe import positional as P
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -176,7 +176,7 @@ def _block_logits(cfg, params, ids, positions=None):
 
   A.softmax_probs = spy
   try:
-    from pe_spectral import speed
+    from pe_spectral.runtime import speed
     with speed.reference():
       apply_model(init_model(cfg, jax.random.key(0))[0], params, ids)
   finally:
@@ -186,7 +186,7 @@ def _block_logits(cfg, params, ids, positions=None):
 
 def _layer0_qk(cfg, params, ids):
   """Layer 0's projected queries/keys [n, heads, d] and normed input, float64."""
-  from pe_spectral.model import merge_for_compute
+  from pe_spectral.nn.model import merge_for_compute
   model = merge_for_compute(init_model(cfg, jax.random.key(0))[0], params)
   x = model.embed_inputs(ids)
   blk = model.blocks[0]
@@ -341,8 +341,8 @@ def _cli(module, *args, cwd, ok=True):
 # another name, from the library's public pieces only.
 OUTSIDE_PE = textwrap.dedent('''
     import jax.numpy as jnp
-    from pe_spectral import encodings
-    from pe_spectral import positional as P
+    from pe_spectral.pe import encodings
+    from pe_spectral.pe import positional as P
 
     class MyLearnedRope(encodings.PositionalEncoding):
       name = "my_learned_rope"
@@ -439,7 +439,7 @@ def _pope_channel(mq, mk, theta, delta):
 
 
 def test_pope_cosine_eigenvalues_closed_form():
-  from pe_spectral import spectral as S
+  from pe_spectral.pe import spectral as S
   for n in (2, 5, 17, 64):
     for theta in (0.0, 1e-3, 0.3, 1.0, np.pi / 2, np.pi, 2.5):
       small, big = S.pope_cosine_eigs(n, theta)
@@ -451,7 +451,7 @@ def test_pope_cosine_eigenvalues_closed_form():
 
 
 def test_pope_ostrowski_and_weyl_bounds_hold_and_the_norm_bound_too():
-  from pe_spectral import spectral as S
+  from pe_spectral.pe import spectral as S
   rng = np.random.default_rng(9)
   for trial in range(20):
     n, d = rng.integers(3, 40), rng.integers(1, 9)
@@ -484,7 +484,7 @@ def test_pope_ostrowski_and_weyl_bounds_hold_and_the_norm_bound_too():
 def test_rope_learned_records_its_frequencies_over_training(tmp_path):
   """frequencies.jsonl: θ at every evaluation, equal to the checkpoint's, and
   the drift from RoPE's θ computed by hand."""
-  from pe_spectral import config, runner
+  from pe_spectral.training import config, runner
   rc = config.build("smoke", "distance", "rope_learned", steps=6)
   wd = str(tmp_path / "run")
   runner.run(rc, [0, 1], wd, runner.RunOptions(eval_every=3), runner.Hooks(notify=lambda m: None))

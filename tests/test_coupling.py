@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from conftest import assert_fast_matches_reference
 
-from pe_spectral import attention, encodings, speed
-from pe_spectral import positional as P
-from pe_spectral import spectral as S
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn import attention
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.pe import positional as P
+from pe_spectral.pe import spectral as S
+from pe_spectral.runtime import speed
 
 
 def test_rotary_cos_bias_matches_loop_and_its_toeplitz_coeffs():

@@ -8,11 +8,12 @@ import pytest
 from conftest import assert_fast_matches_reference
 from jax.flatten_util import ravel_pytree
 
-from pe_spectral import curvature as C
-from pe_spectral import runner, speed
-from pe_spectral.model import ModelConfig
-from pe_spectral.tasks import TaskConfig
-from pe_spectral.train import TrainConfig, jit_chunk, jit_init, make_steps, seed_keys
+from pe_spectral.analysis import curvature as C
+from pe_spectral.data.tasks import TaskConfig
+from pe_spectral.nn.model import ModelConfig
+from pe_spectral.runtime import speed
+from pe_spectral.training import runner
+from pe_spectral.training.train import TrainConfig, jit_chunk, jit_init, make_steps, seed_keys
 
 
 def _quadratic(eigs, seed=0):
@@ -74,7 +75,7 @@ TINY = dict(vocab_size=7, num_classes=3, d_model=4, num_heads=2, num_layers=1, d
 def test_tiny_transformer_against_the_dense_float64_hessian(pe):
   """Top eigenvalues, trace and Adam-preconditioned sharpness of a real
   model's loss (reference path, float32) against ``jax.hessian`` in float64."""
-  from pe_spectral.model import apply_model, init_model
+  from pe_spectral.nn.model import apply_model, init_model
   cfg = ModelConfig(pe=pe, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = jax.random.randint(jax.random.key(1), (8, 6), 1, 7)
@@ -122,7 +123,7 @@ def test_tiny_transformer_against_the_dense_float64_hessian(pe):
 
 
 def test_the_fast_path_is_the_same_model_and_its_hvp_matches_the_reference():
-  from pe_spectral.model import apply_model, init_model
+  from pe_spectral.nn.model import apply_model, init_model
   cfg = ModelConfig(pe="rope", **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = jax.random.randint(jax.random.key(1), (4, 6), 1, 7)
@@ -158,7 +159,7 @@ def test_recorded_curvature_is_one_vmapped_call_equal_to_each_seed_alone():
   model = model.replace(num_classes=task.num_labels)
   tr = make_steps(model, task, TrainConfig(learning_rate=1e-2, b1=0.9, b2=0.98, batch_size=8,
                                            epochs=1), 48)
-  from pe_spectral import tasks
+  from pe_spectral.data import tasks
   data = tasks.generate(task)
   keys = seed_keys([0, 1])
   states, _ = jit_chunk(tr)(jit_init(tr)(keys), keys, data.train_ids, data.train_labels,

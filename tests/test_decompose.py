@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from pe_spectral import decompose as D
-from pe_spectral import encodings
-from pe_spectral.config import MODEL_PRESETS as PRESETS
-from pe_spectral.model import ModelConfig, init_model
+from pe_spectral.analysis import decompose as D
+from pe_spectral.nn.model import ModelConfig, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.training.config import MODEL_PRESETS as PRESETS
 
 TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5, dropout=0.0)
 
@@ -136,7 +136,7 @@ def test_logits_and_terms_match_float64_oracle(pe, faithful, monkeypatch):
   """The decomposition's logits, its θ = 0 logits and its four content/position
   Grams against the float64 loop oracle; and the logits the model's own
   forward pass feeds its softmax (captured there) against the same oracle."""
-  from pe_spectral import attention
+  from pe_spectral.nn import attention
   cfg = ModelConfig(pe=pe, faithful=faithful, **TINY)
   graphdef, params = init_model(cfg, jax.random.key(0))
   if pe == "cope":  # its table starts at zero (the paper): give the term something to do
@@ -302,7 +302,8 @@ def test_attention_maps_are_the_models_own_probabilities(pe, monkeypatch):
   masked as the model masks them, equals the probabilities the model's own
   forward pass computes (captured there); every row sums to 1 and the padded
   keys of the short example get nothing."""
-  from pe_spectral import attention, plotting
+  from pe_spectral.analysis import plotting
+  from pe_spectral.nn import attention
   cfg = ModelConfig(pe=pe, **TINY)  # clean mode: padding masked
   graphdef, params = init_model(cfg, jax.random.key(0))
   ids = _ids()  # the second example has 6 tokens, then padding

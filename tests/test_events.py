@@ -1,4 +1,4 @@
-"""TensorBoard events (pe_spectral.events): the scalars of each evaluation,
+"""TensorBoard events (pe_spectral.training.events): the scalars of each evaluation,
 written while training and by the converter, read back with TensorBoard's own
 loader and compared with metrics.jsonl -- also across an interruption between
 an evaluation and its checkpoint."""
@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from pe_spectral import config as configs
-from pe_spectral import events, runner
+from pe_spectral.training import config as configs
+from pe_spectral.training import events, runner
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 

@@ -30,7 +30,7 @@ def test_memory_benchmark_reads_the_compiled_programs():
   import numpy as np
 
   from benchmarks.memory import analysis, programs
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   rc = configs.build("smoke", "distance", "rope", steps=4)
   nbytes = lambda tree: sum(int(np.prod(x.shape)) * x.dtype.itemsize
                             for x in jax.tree.leaves(tree))

@@ -59,8 +59,8 @@ def test_grid_per_layer_table_and_figures(tmp_path):
   """The per-layer table reads each layer's median over heads, mean over
   seeds (here: layer 0 heads {0.5, 0.6, 0.7, 2.0} -> 0.65, layer 1 all 0.9,
   seed 1 shifted by +0.1); the figures are drawn from the same runs."""
-  from pe_spectral import config as C
-  from pe_spectral import encodings
+  from pe_spectral.pe import encodings
+  from pe_spectral.training import config as C
   g, c = str(tmp_path / "grid"), str(tmp_path / "count")
   _run(c, "rope", ratio=[0.8] * 5, examples=[1000] * 5)
   _run(g, "pope", ratio=[0.9] * 5, examples=[1000] * 5)

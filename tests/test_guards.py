@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import positional as P
-from pe_spectral import spectral as S
-from pe_spectral.train import TrainConfig
+from pe_spectral.pe import positional as P
+from pe_spectral.pe import spectral as S
+from pe_spectral.training.train import TrainConfig
 
 
 def test_apply_rope_refuses_integer_input_and_misfit_positions():
@@ -96,7 +96,7 @@ def test_every_remedy_of_the_library_has_a_flag_hint():
   """experiments.cli maps each Remedy of the library's run errors to flags: a
   new Remedy without a hint would print a KeyError instead of a hint."""
   from experiments import cli
-  from pe_spectral.errors import Remedy, RunError
+  from pe_spectral.runtime.errors import Remedy, RunError
   assert set(cli.REMEDY_HINTS) == set(Remedy)
   for remedy in Remedy:
     line = cli.error_line(RunError("it broke", remedy))

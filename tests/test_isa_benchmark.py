@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pe_spectral.xla_config import isa_env
+from pe_spectral.runtime.xla_config import isa_env
 
 
 def test_isa_env_sets_one_cap_and_keeps_the_rest():

@@ -14,11 +14,11 @@ import numpy as np
 import optax
 import pytest
 
-from pe_spectral import curvature as C
-from pe_spectral import decompose as D
-from pe_spectral import spectral as S
-from pe_spectral.config import MODEL_PRESETS
-from pe_spectral.model import ModelConfig, init_model
+from pe_spectral.analysis import curvature as C
+from pe_spectral.analysis import decompose as D
+from pe_spectral.nn.model import ModelConfig, init_model
+from pe_spectral.pe import spectral as S
+from pe_spectral.training.config import MODEL_PRESETS
 
 
 def lapack_calls(fn, *args) -> list:

@@ -175,7 +175,7 @@ def test_every_from_import_of_the_project_resolves():
 # A library module that may import the project inside a function, and why:
 # xla_config runs before JAX is imported, so it reaches the JAX-importing
 # speed module only when asked.
-_LAZY_ON_PURPOSE = {"pe_spectral.xla_config"}
+_LAZY_ON_PURPOSE = {"pe_spectral.runtime.xla_config"}
 
 
 @pytest.mark.parametrize("package", ["pe_spectral", "studies"])
@@ -193,4 +193,61 @@ def test_no_project_import_hides_in_a_function(package):
           if (isinstance(node, ast.ImportFrom) and node.module
               and node.module.split(".")[0] in LAYERS):
             bad.append(f"{module}:{node.lineno}: from {node.module}")
+          elif isinstance(node, ast.Import):
+            bad += [f"{module}:{node.lineno}: import {a.name}" for a in node.names
+                    if a.name.split(".")[0] in LAYERS]
   assert bad == []
+
+
+def test_a_plain_import_in_a_function_is_caught(tmp_path):
+  """The check above sees ``import X`` as well as ``from X import y``."""
+  src = tmp_path / "m.py"
+  src.write_text("def f():\n  import pe_spectral.pe.spectral\n")
+  tree = ast.parse(src.read_text())
+  fn = tree.body[0]
+  found = [n for n in ast.walk(fn) if isinstance(n, ast.Import)
+           and n.names[0].name.split(".")[0] in LAYERS]
+  assert found
+
+
+# The library's rooms, lowest first: a module imports only from its own room or
+# a lower one (docs/architecture.md draws the same order).
+ROOMS = ("runtime", "pe", "nn", "data", "analysis", "training")
+
+
+def test_the_library_lives_in_its_rooms():
+  """Every library module sits in a room (only the package's curated
+  ``__init__`` stays on the top floor), and every room has modules."""
+  mods = _modules("pe_spectral")
+  loose = [m for m in mods if m.count(".") == 1 and m.split(".")[1] not in ROOMS]
+  assert loose == []
+  assert set(ROOMS) <= {m.split(".")[1] for m in mods if m.count(".") >= 1}
+
+
+def test_rooms_import_only_downwards():
+  """A room's modules import no module of a higher room (imports inside
+  functions counted)."""
+  rank = {r: i for i, r in enumerate(ROOMS)}
+  bad = []
+  for module, path in sorted(_modules("pe_spectral").items()):
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in rank:
+      continue
+    for name in sorted(imports_of(path, module)):
+      other = name.split(".")
+      if other[0] == "pe_spectral" and len(other) > 1 and other[1] in rank:
+        if rank[other[1]] > rank[parts[1]]:
+          bad.append(f"{module} ({parts[1]}) imports {name} ({other[1]})")
+  assert bad == []
+
+
+def test_the_top_level_names_resolve():
+  """``import pe_spectral`` loads no JAX, and every curated name and former
+  module name resolves (notebooks written before the rooms keep working)."""
+  import subprocess
+  import sys
+  code = ("import sys, pe_spectral as p; assert 'jax' not in sys.modules; "
+          "[getattr(p, n) for n in p.__all__ + sorted(p._MODULES)]; "
+          "from pe_spectral import encodings, spectral; "
+          "assert encodings.get('rope').name == 'rope' and p.build is p.training.config.build")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import positional as P
-from pe_spectral import spectral as S
-from pe_spectral import tasks
+from pe_spectral.data import tasks
+from pe_spectral.pe import positional as P
+from pe_spectral.pe import spectral as S
 
 D = 16
 BASE = 10000.0
@@ -183,8 +183,8 @@ def test_lengths_cli_end_to_end(sweep_reference, tmp_path):
 def test_learned_table_is_never_clamped_beyond_its_length():
   """JAX clamps out-of-range gathers silently; a learned position table asked
   for more positions than it has must raise instead."""
-  from pe_spectral.config import MODEL_PRESETS as PRESETS
-  from pe_spectral.model import ModelConfig, apply_model, init_model
+  from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+  from pe_spectral.training.config import MODEL_PRESETS as PRESETS
   cfg = ModelConfig(pe="learned", **dict(PRESETS["smoke"], vocab_size=11, num_classes=3))
   graphdef, params = init_model(cfg, jax.random.key(0))
   apply_model(graphdef, params, jnp.ones((1, cfg.max_len), jnp.int32))
@@ -193,7 +193,7 @@ def test_learned_table_is_never_clamped_beyond_its_length():
 
 
 def _stacked_params(cfg, seeds=(0, 1)):
-  from pe_spectral.model import init_model
+  from pe_spectral.nn.model import init_model
   trees = [init_model(cfg, jax.random.key(s))[1] for s in seeds]
   return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
 
@@ -210,8 +210,8 @@ def test_prediction_records_against_dense_eigenvalues():
   head; a learned relative bias's symbol bound contains it (per seed, widest
   over layers and heads); a rotation gets rope_min_base; the record
   round-trips through JSON and is rendered from its fields."""
-  from pe_spectral import config as configs
-  from pe_spectral.extrapolation import Prediction, predict
+  from pe_spectral.analysis.extrapolation import Prediction, predict
+  from pe_spectral.training import config as configs
   n, train = 30, 12
   cfg = configs.build("smoke", "distance", "alibi").model
   p = predict(cfg, _stacked_params(cfg), n, train)
@@ -259,8 +259,9 @@ def test_long_lengths_evaluate_in_smaller_batches_with_the_same_numbers():
   a smoke model are those of one big batch."""
   import dataclasses
 
-  from pe_spectral import config, tasks, train
-  from pe_spectral.extrapolation import eval_train_config
+  from pe_spectral.analysis.extrapolation import eval_train_config
+  from pe_spectral.data import tasks
+  from pe_spectral.training import config, train
   rc = config.build("smoke", "even_pairs", "rope")
   cfg = dataclasses.replace(rc.train, eval_batch_size=1000)
   assert eval_train_config(cfg, 40, 320).eval_batch_size == 15

@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config, encodings
-from pe_spectral.attention import attention, library_attention
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn.attention import attention, library_attention
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.training import config
 
 # the PEs whose logits are q·k after a q/k transform, or q·k plus an additive
 # bias, or that only change the input: what the issue asks the path to serve

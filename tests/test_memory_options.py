@@ -6,9 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import rng, speed
-from pe_spectral.attention import attention, blockwise_attention
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn import rng
+from pe_spectral.nn.attention import attention, blockwise_attention
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.runtime import speed
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +205,7 @@ def test_kernels_take_bfloat16_and_return_its_cotangents(block):
 
 
 def test_dtype_is_validated_and_float32_is_recorded_as_the_default():
-  from pe_spectral import config
+  from pe_spectral.training import config
   with pytest.raises(ValueError, match="dtype"):
     ModelConfig(dtype="float16")
   with pytest.raises(ValueError, match="dtype"):
@@ -216,7 +217,7 @@ def test_dtype_is_validated_and_float32_is_recorded_as_the_default():
 def test_a_bfloat16_run_trains_and_records_its_dtype(tmp_path):
   import json
 
-  from pe_spectral import config, runner
+  from pe_spectral.training import config, runner
   rc = config.build("smoke", "distance", "rope", steps=24, dtype="bfloat16",
                     learning_rate=3e-3)
   s = runner.run(rc, [0, 1], str(tmp_path / "run"), runner.RunOptions(eval_every=12),
@@ -238,7 +239,7 @@ def test_remat_checkpoint_recomputes_and_saves_memory_where_jax_checkpoint_does_
   forward pass; :func:`remat.checkpoint` must give the same gradient with
   fewer temporaries than no remat at all (``memory_analysis`` is deterministic:
   a compiled program's buffer sizes, not a timing)."""
-  from pe_spectral import remat
+  from pe_spectral.nn import remat
 
   def layer(w, x):
     for _ in range(4):
@@ -275,7 +276,7 @@ def test_model_remat_keeps_fewer_temporaries():
 
 
 def test_choose_seed_group_takes_the_widest_group_that_fits():
-  from pe_spectral.train import choose_seed_group
+  from pe_spectral.runtime.memory import choose_seed_group
   needs = lambda g: 10 + 3 * g  # bytes grow with the group
   assert choose_seed_group(8, needs, 10 ** 6) == (8, {8: 34})
   g, measured = choose_seed_group(8, needs, 23)
@@ -290,8 +291,8 @@ def test_choose_seed_group_takes_the_widest_group_that_fits():
 def test_auto_seed_group_follows_the_compiled_programs_memory():
   """Against the bytes of the very programs it compiles: a limit between what
   2 and 4 vmapped seeds need picks 2."""
-  from pe_spectral import config as configs
-  from pe_spectral.train import auto_seed_group, group_bytes
+  from pe_spectral.training import config as configs
+  from pe_spectral.training.sizing import auto_seed_group, group_bytes
   rc = configs.build("smoke", "distance", "rope")
   n = rc.task.num_train
   size = lambda g: group_bytes(rc.model, rc.task, rc.train, num_train=n, num_seeds=4,
@@ -316,7 +317,7 @@ def test_cpu_memory_available_is_what_the_kernel_says_is_free():
   at most physical memory."""
   import os
 
-  from pe_spectral.train import device_memory_available, device_memory_limit
+  from pe_spectral.runtime.memory import device_memory_available, device_memory_limit
   free_pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   avail = device_memory_available()
   assert 0.8 * free_pages <= avail < device_memory_limit()  # never the total
@@ -325,16 +326,16 @@ def test_cpu_memory_available_is_what_the_kernel_says_is_free():
 def test_memory_budget_is_the_given_size_or_a_share_of_the_free_memory(monkeypatch):
   """memory_gib exactly; else 90 % of this process's share of the free
   memory (N processes on one device: 1/N each); unknown memory says so."""
-  from pe_spectral import train
-  monkeypatch.setattr(train, "device_memory_available", lambda device=None: 40 * 1024 ** 3)
-  assert train.memory_budget(memory_gib=1.5) == (int(1.5 * 1024 ** 3), "memory_gib")
-  usable, source = train.memory_budget()
+  from pe_spectral.runtime import memory
+  monkeypatch.setattr(memory, "device_memory_available", lambda device=None: 40 * 1024 ** 3)
+  assert memory.memory_budget(memory_gib=1.5) == (int(1.5 * 1024 ** 3), "memory_gib")
+  usable, source = memory.memory_budget()
   assert usable == int(0.9 * 40 * 1024 ** 3) and "90% of 40.00 GiB free" in source
-  usable, source = train.memory_budget(fraction=0.25)
+  usable, source = memory.memory_budget(fraction=0.25)
   assert usable == int(0.9 * 10 * 1024 ** 3) and "memory_fraction=0.25" in source
   for bad in (dict(memory_gib=0), dict(memory_gib=-1), dict(fraction=0), dict(fraction=1.5)):
     with pytest.raises(ValueError):
-      train.memory_budget(**bad)
-  monkeypatch.setattr(train, "device_memory_available", lambda device=None: None)
-  usable, source = train.memory_budget()
+      memory.memory_budget(**bad)
+  monkeypatch.setattr(memory, "device_memory_available", lambda device=None: None)
+  usable, source = memory.memory_budget()
   assert usable is None and "unknown" in source

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from pe_spectral import encodings
-from pe_spectral import positional as P
-from pe_spectral.attention import MultiHeadAttention
-from pe_spectral.config import MODEL_PRESETS as PRESETS
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn.attention import MultiHeadAttention
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.pe import positional as P
+from pe_spectral.training.config import MODEL_PRESETS as PRESETS
 
 TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5)
 
@@ -261,9 +261,9 @@ def test_script_quirks_name_every_paper_behaviour():
   """A clean run has no quirk; a faithful run those of its script (trans.py,
   or the MLA script for latent attention); the label rule and the budget
   follow them."""
-  from pe_spectral import config as configs
-  from pe_spectral import model as M
-  from pe_spectral import train
+  from pe_spectral.nn import model as M
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import train
   assert _cfg("rope").quirks == M.CLEAN and _cfg("mla").quirks == M.CLEAN
   assert _cfg("rope", faithful=True).quirks == M.TRANS_PY
   assert _cfg("mla", faithful=True).quirks == M.MLA_SCRIPT
@@ -286,7 +286,7 @@ def test_the_model_reads_its_behaviours_from_the_quirks(monkeypatch):
   on final_norm adds the final LayerNorm."""
   import dataclasses
 
-  from pe_spectral import model as M
+  from pe_spectral.nn import model as M
   cfg = _cfg("rope", faithful=True, dropout=0.0)
   ids = _ids(jax.random.key(1))
   graphdef, params = init_model(cfg, jax.random.key(0))

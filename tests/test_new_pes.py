@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config, encodings, runner, train
-from pe_spectral import positional as P
-from pe_spectral.model import ModelConfig, apply_model, init_model
+from pe_spectral.nn.model import ModelConfig, apply_model, init_model
+from pe_spectral.pe import encodings
+from pe_spectral.pe import positional as P
+from pe_spectral.training import config, runner, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

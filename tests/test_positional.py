@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import positional as P
+from pe_spectral.pe import positional as P
 
 
 def _rope_oracle(x, positions, base=10000.0):
@@ -151,7 +151,7 @@ def test_relative_bias_is_toeplitz():
 
 
 def test_registry_and_unknown_name():
-  from pe_spectral import encodings
+  from pe_spectral.pe import encodings
   assert set(encodings.names()) == {
       "nope", "sinusoidal", "learned", "relative", "alibi", "rope", "partial_rope",
       "rope_sinusoidal", "mla", "kerple_log", "kerple_power", "p_rope", "fire", "xpos",
@@ -183,7 +183,7 @@ def test_kerple_bias_closed_form_and_symbol_bounds(kind):
   """KERPLE (Chi et al. 2022) against a float64 loop of its definition, and
   its Toeplitz coefficients enclose the dense bias's eigenvalues through
   toeplitz_eig_bounds."""
-  from pe_spectral import spectral as S
+  from pe_spectral.pe import spectral as S
   r1, r2 = np.array([0.5, 2.0, 1.3]), np.array([0.3, 1.7, 1.0])
   n = 9
   got = np.asarray(P.kerple_bias(n, r1, r2, kind=kind))
@@ -232,7 +232,7 @@ def test_one_rotation_serves_the_model_the_spectral_module_and_both_layouts():
   """positional.rotate is the one RoPE rotation: apply_rope and
   spectral.rope_rotate equal it exactly, and each layout matches a float64
   loop over 2x2 rotation matrices written from the definition."""
-  from pe_spectral import spectral as S
+  from pe_spectral.pe import spectral as S
   rng = np.random.default_rng(0)
   n, d = 7, 8
   x = rng.normal(size=(n, d)).astype(np.float32)

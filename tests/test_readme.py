@@ -32,7 +32,8 @@ def test_spectral_example_encloses_the_dense_spectrum():
 
 
 def test_new_pe_example_registers_and_builds():
-  from pe_spectral import config, encodings
+  from pe_spectral.pe import encodings
+  from pe_spectral.training import config
   block = next(b for b in _blocks() if "class HalfAlibi" in b)
   try:
     exec(block, {})  # noqa: S102

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import runner
-from pe_spectral.checkpoint import Checkpointer, CheckpointError, tree_checksum
-from pe_spectral.errors import Remedy
+from pe_spectral.runtime.errors import Remedy
+from pe_spectral.training import runner
+from pe_spectral.training.checkpoint import Checkpointer, CheckpointError, tree_checksum
 
 STATE = {"w": jnp.arange(1200, dtype=jnp.float32).reshape(12, 100) / 7,
          "count": jnp.arange(3, dtype=jnp.int32)}
@@ -147,7 +147,7 @@ def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
   """The filter drops only orbax's abandoned-read errors, forwards the rest to
   the hook that was in place, leaves after a restore that worked and stays
   after one that failed (its reads may finish later)."""
-  from pe_spectral.checkpoint import _ABANDONED_READ, _drop_abandoned_reads
+  from pe_spectral.training.checkpoint import _ABANDONED_READ, _drop_abandoned_reads
   seen = []
   recorder = lambda u: seen.append(getattr(u.object, "__qualname__", None))
   monkeypatch.setattr(sys, "unraisablehook", recorder)
@@ -182,7 +182,7 @@ def test_closed_loop_callbacks_of_abandoned_writes_are_dropped_and_nothing_else(
   elsewhere, and any other error, still reach the hook that was in place."""
   import threading
 
-  from pe_spectral import checkpoint
+  from pe_spectral.training import checkpoint
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
   monkeypatch.setattr(threading, "excepthook", lambda a: seen.append("thread " + str(a.exc_value)))
@@ -199,7 +199,7 @@ def test_closed_loop_callbacks_of_abandoned_writes_are_dropped_and_nothing_else(
 
 
 def _smoke():
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   return configs.build("smoke", "distance", "rope", steps=24)  # conftest.SWEEP_COMMON
 
 
@@ -329,7 +329,7 @@ def test_metrics_rows_are_strict_json():
 
 
 def test_lock_holder_reads_without_taking_or_changing_the_lock(tmp_path):
-  from pe_spectral import workdir
+  from pe_spectral.training import workdir
   wd = str(tmp_path / "w")
   os.makedirs(wd)
   assert workdir.lock_holder(wd) is None  # no .lock yet: nothing is created

@@ -54,7 +54,7 @@ def _deposit(seeds, top, second):
 def test_report_verdicts_tables_and_figures(tmp_path):
   runs = str(tmp_path / "runs")
   T1, T2 = "distance", "count"
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   _fixture_run(runs, T1, "rope-study", "rope", [0.97, 0.96, 0.98],
                ablation=_ablation(np.full((3, 2, 4), 0.2)))
   _fixture_run(runs, T1, "sinusoidal-study", "sinusoidal", [0.90, 0.91, 0.89])
@@ -91,7 +91,7 @@ def test_report_verdicts_tables_and_figures(tmp_path):
   _fixture_run(runs, T1, "mla-deposit", "mla", [0.98] * 3, preset="deposit",
                ablation=_deposit(3, 0.20, 0.10))
   # a run with an overridden budget is shown but not used for a claim
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   train = dict(configs.train_settings("study", "rope", False), batch_size=64, epochs=8)
   _fixture_run(runs, T1, "rope-long", "rope", [0.10, 0.10, 0.10],
                config={"run": {"train": train}})
@@ -369,7 +369,7 @@ def test_render_writes_what_compute_decided(tmp_path):
   prints, with the date the Report carries."""
   import dataclasses
 
-  from pe_spectral import workdir
+  from pe_spectral.training import workdir
   from studies.arxiv_2505_13027 import RESULTS, report
   from studies.arxiv_2505_13027.claims import Outcome, Verdict
   runs = [r for r in workdir.load_runs(os.path.join(RESULTS, "runs")) if r["task"] == "count"]

@@ -1,10 +1,10 @@
-"""pe_spectral.rng must reproduce jax.random bit for bit (the oracle is jax itself)."""
+"""pe_spectral.nn.rng must reproduce jax.random bit for bit (the oracle is jax itself)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import attention, rng
+from pe_spectral.nn import attention, rng
 
 
 @pytest.mark.parametrize("shape,seed", [((), 0), ((7,), 123456789), ((2, 1, 4, 9), 3),

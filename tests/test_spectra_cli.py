@@ -13,7 +13,7 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   with open(tmp_path / "spectra.json") as f:
     res = json.load(f)
-  from pe_spectral import encodings
+  from pe_spectral.pe import encodings
   analysed = {r["pe"] for r in res["toeplitz"]}
   assert analysed | set(res["no_toeplitz"]) == set(encodings.names())  # the registry's list
   assert {"alibi", "relative", "sinusoidal", "rope", "fire", "kerple_log", "kerple_power",

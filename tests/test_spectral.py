@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from pe_spectral import positional
-from pe_spectral import spectral as S
+from pe_spectral.pe import positional
+from pe_spectral.pe import spectral as S
 
 EPS = float(np.finfo(np.float32).eps)
 

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pe_spectral import stats
+from pe_spectral.analysis import stats
 
 
 def _records(curves, examples=None):

@@ -236,7 +236,7 @@ def test_settled_runs_are_listed_and_skipped(tmp_path):
 def test_registered_configurations_reach_the_sweep_and_the_report():
   """A plan entry with overrides: its own name, its --config flags, and a
   config whose (preset, variant) the report judges at (claims.TASK2_CONFIGS)."""
-  from pe_spectral import config as configs
+  from pe_spectral.training import config as configs
   from studies.arxiv_2505_13027 import claims
   registered = [e for e in study.PLAN if e.overrides]
   assert {e.pe for e in registered} >= {"nope", "rope", "mla", "rope_sinusoidal", "sinusoidal"}

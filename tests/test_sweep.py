@@ -196,9 +196,9 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
   import jax.numpy as jnp
   import numpy as np
 
-  from pe_spectral import config as configs
-  from pe_spectral import runner, train
-  from pe_spectral.checkpoint import Checkpointer
+  from pe_spectral.training import config as configs
+  from pe_spectral.training import runner, train
+  from pe_spectral.training.checkpoint import Checkpointer
 
   original = train.jit_chunk
 
@@ -312,7 +312,7 @@ def test_any_config_field_from_the_command_line(tmp_path):
 
 
 def test_config_fields_added_later_with_none_default_still_match():
-  from pe_spectral import runner
+  from pe_spectral.training import runner
   old = {"run": {"model": {"pe": "alibi", "d_model": 64}}, "seeds": [0]}
   new = {"run": {"model": {"pe": "alibi", "d_model": 64, "random_positions": None}},
          "seeds": [0]}
@@ -346,7 +346,7 @@ def test_sigterm_saves_and_the_resume_equals_an_uninterrupted_run(reference, tmp
   and runs. The sweep finishes that chunk, saves its step, releases the lock,
   says so in one line and exits 143 (128 + SIGTERM); the same command then
   resumes and ends bit for bit where the uninterrupted reference run did."""
-  from pe_spectral import workdir as workdir_lib
+  from pe_spectral.training import workdir as workdir_lib
   wd = str(tmp_path / "preempted")
   proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *COMMON,
                            f"--workdir={wd}"],
@@ -438,7 +438,7 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_writing(small_disk):
   nothing."""
   import numpy as np
 
-  from pe_spectral import checkpoint
+  from pe_spectral.training import checkpoint
   mnt, _ = small_disk
   with checkpoint.Checkpointer(str(mnt / "ckpt")) as ckpt:
     state = {"w": np.zeros((2**20 // 4,), np.float32)}  # 1 MiB

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pe_spectral.tasks import TaskConfig, generate, lengthened, trigger_ids
+from pe_spectral.data.tasks import TaskConfig, generate, lengthened, trigger_ids
 
 PAPER_DISTANCE = TaskConfig(name="distance", num_examples=12_000)
 PAPER_COUNT = TaskConfig(name="count", num_examples=12_000, count_max=100)
@@ -164,7 +164,7 @@ def test_string_task_labels_match_python_oracle(name):
   """5,000 generated examples per task: every label equals the oracle's, the
   lengths cover min_len..seq_len (modular_arithmetic: the odd ones), every
   label occurs, and the tokens are the task's symbols, then padding."""
-  from pe_spectral.tasks import STRING_TASKS
+  from pe_spectral.data.tasks import STRING_TASKS
   vocab, labels = STRING_TASKS[name]
   cfg = TaskConfig(name=name, vocab_size=vocab, num_examples=5000, seq_len=15, max_len=20,
                    min_len=2)
@@ -187,7 +187,7 @@ def test_string_task_labels_match_python_oracle(name):
 
 @pytest.mark.parametrize("name", STRING)
 def test_lengthened_string_tasks_have_exactly_that_length(name):
-  from pe_spectral.config import task_config
+  from pe_spectral.training.config import task_config
   cfg = task_config("smoke", name)
   long = lengthened(cfg, 30)
   d = generate(long, num_examples=300)
@@ -197,7 +197,7 @@ def test_lengthened_string_tasks_have_exactly_that_length(name):
 
 
 def test_string_tasks_refuse_what_they_cannot_be():
-  from pe_spectral.config import build
+  from pe_spectral.training.config import build
   with pytest.raises(ValueError, match="task 'cycle_navigation' has vocab_size 4"):
     TaskConfig(name="cycle_navigation", vocab_size=64, seq_len=10, max_len=12)
   with pytest.raises(ValueError, match="need 1 <= min_len <= seq_len"):

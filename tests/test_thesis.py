@@ -3,7 +3,7 @@ inconclusive and not-converged cases, without files or markdown."""
 import numpy as np
 import pytest
 
-from pe_spectral import stats
+from pe_spectral.analysis import stats
 from studies.arxiv_2505_13027 import claims as rules
 
 
@@ -424,7 +424,7 @@ def test_claim_g_groups_are_the_registered_pes_split_by_the_registrys_coupling()
   """(g)'s two groups: the eight PEs study.md registered, each on the side its
   declared coupling puts it (a PE whose coupling changed would move, and this
   would fail against the registration)."""
-  from pe_spectral import encodings
+  from pe_spectral.pe import encodings
   assert rules.G_MULTIPLICATIVE == ("rope", "xpos", "p_rope", "alibi_multiplicative")
   assert rules.G_ADDITIVE == ("alibi", "rope_additive", "relative", "kerple_log")
   for pe in rules.G_MULTIPLICATIVE:

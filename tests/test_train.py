@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_spectral import config as configs
-from pe_spectral import tasks, train
+from pe_spectral.data import tasks
+from pe_spectral.training import config as configs
+from pe_spectral.training import train
 
 
 def _setup(pe="rope", faithful=False, **kw):
@@ -72,7 +73,7 @@ def test_loss_ignores_label_zero_in_faithful_mode():
   ids = data.train_ids[:8]
   labels = jnp.asarray([0, 3, 0, 5, 1, 0, 2, 7])
   loss, (correct, count) = st.loss(params, ids, labels)
-  from pe_spectral.model import apply_model
+  from pe_spectral.nn.model import apply_model
   logits = np.asarray(apply_model(st.graphdef, params, ids), np.float64)
   logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1,
          keepdims=True)) - logits.max(1, keepdims=True)
@@ -158,7 +159,7 @@ def test_steps_are_cached_on_the_frozen_configs():
     st.num_train = 3
   # a program traced on the speed layer's reference path is never reused by
   # the fast path (the switch is read while tracing)
-  from pe_spectral import speed
+  from pe_spectral.runtime import speed
   with speed.reference():
     ref = train.jit_chunk(st)
   assert ref is not train.jit_chunk(st)
@@ -187,8 +188,10 @@ def test_one_compiled_program_for_all_seeds_and_chunks():
 _SHARD_SCRIPT = r"""
 import json, sys
 import jax
-from pe_spectral import config as configs
-from pe_spectral import devices, tasks, train
+from pe_spectral.training import config as configs
+from pe_spectral.data import tasks
+from pe_spectral.runtime import devices
+from pe_spectral.training import train
 rc = configs.build("smoke", "distance", "rope", steps=10)
 data = tasks.generate(rc.task)
 mesh = train.seed_mesh(4)

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
 
-from pe_spectral import positional, spectral
-from pe_spectral.attention import attention
+from pe_spectral.nn.attention import attention
+from pe_spectral.pe import positional, spectral
 
 
 class PureKernelVariants(parameterized.TestCase):

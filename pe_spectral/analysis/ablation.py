@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral import devices, speed
-from pe_spectral import model as model_lib
-from pe_spectral.model import check_freq_mask, frequency_count, mask_frequencies
-from pe_spectral.timefmt import minutes_seconds as fmt
-from pe_spectral.train import first_fit, needed_bytes
+from pe_spectral.nn import model as model_lib
+from pe_spectral.nn.model import check_freq_mask, frequency_count, mask_frequencies
+from pe_spectral.runtime import devices, speed
+from pe_spectral.runtime.memory import first_fit, needed_bytes
+from pe_spectral.runtime.timefmt import minutes_seconds as fmt
 
 __all__ = ["head_masks", "ablate_heads", "deposit_scores", "scores_of_drops", "frequency_masks",
            "ablate_frequencies"]
@@ -273,7 +273,7 @@ def ablate_heads(steps, params, ids, labels, *, mode: str = "single",
   """Accuracy under every head knock-out, for every seed, in one compiled call.
 
   Args:
-    steps: the run's :class:`pe_spectral.train.Steps` (model, label rule).
+    steps: the run's :class:`pe_spectral.training.train.Steps` (model, label rule).
     params: seed-stacked parameters (``state['params']``).
     ids, labels: evaluation data (raw labels).
     mode, leak: see :func:`head_masks`.

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from pe_spectral.tasks import TaskConfig
+from pe_spectral.data.tasks import TaskConfig
 
 __all__ = ["distance_posterior", "distance_bayes_accuracy", "bag_of_tokens_accuracy"]
 

@@ -17,7 +17,7 @@ The model's fast attention kernel is a ``jax.custom_vjp``: plain ``jax.jvp``
 of the loss fails on it, while forward-over-reverse (``jvp`` of ``grad``)
 passes and gives the reference path's products to float rounding (tested).
 ``runner.run(record_curvature=N)`` traces on the reference path
-(``with pe_spectral.speed.reference():``), the plain-autodiff definition.
+(``with pe_spectral.runtime.speed.reference():``), the plain-autodiff definition.
 """
 from __future__ import annotations
 

@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral import devices
-from pe_spectral import spectral as S
-from pe_spectral.attention import masked_softmax
-from pe_spectral.model import PAD_ID
+from pe_spectral.nn.attention import masked_softmax
+from pe_spectral.nn.model import PAD_ID
+from pe_spectral.pe import spectral as S
+from pe_spectral.runtime import devices
 
 __all__ = ["layer_terms", "decompose", "summarize", "attention_maps"]
 

@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from pe_spectral import positional, spectral
+from pe_spectral.pe import positional, spectral
 
 __all__ = ["Prediction", "predict"]
 

@@ -4,7 +4,7 @@ The kernel :func:`attention` is a plain ``jnp`` function: it works under
 ``jit``, ``vmap`` over the batch, and ``vmap`` over the head axis (a kernel
 written for one head and lifted with ``jax.vmap(..., in_axes=2, out_axes=2)``
 gives the same result). The modules hold parameters only; all positional logic
-comes from :mod:`pe_spectral.positional`.
+comes from :mod:`pe_spectral.pe.positional`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from pe_spectral import positional, rng, speed
+from pe_spectral.nn import rng
+from pe_spectral.pe import positional
+from pe_spectral.runtime import speed
 
 __all__ = ["attention", "blockwise_attention", "library_attention", "LIBRARY_IMPLEMENTATIONS",
            "attention_logits", "softmax_probs", "dropout", "masked_softmax",
@@ -466,7 +468,7 @@ def torch_linear_init(fan_in: int):
 
 def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
   """``y + bias`` over the last axis. With the speed layer on
-  (:mod:`pe_spectral.speed`) the bias gradient is a matrix-vector product:
+  (:mod:`pe_spectral.runtime.speed`) the bias gradient is a matrix-vector product:
   autodiff's equivalent sum over all leading axes becomes a reduce-window on
   XLA:CPU, ~7x slower for a ``[64, 128, 256]`` gradient, and there is one per
   linear layer."""

@@ -35,14 +35,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from pe_spectral import encodings, positional, remat, speed
-from pe_spectral.attention import (
+from pe_spectral.nn import remat
+from pe_spectral.nn.attention import (
   LIBRARY_IMPLEMENTATIONS,
   LatentAttention,
   MultiHeadAttention,
   dropout,
   torch_linear,
 )
+from pe_spectral.pe import encodings, positional
+from pe_spectral.runtime import speed
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
            "PAD_ID", "ScriptQuirks", "script_quirks", "attention_of", "CLEAN", "TRANS_PY",

@@ -12,7 +12,7 @@ which no compiler may merge with the forward pass: the same chain needs 40 MiB.
 The price of the tie: a non-finite first cotangent entry makes the recomputed
 activations NaN (the gradient is then not finite anyway). Being a custom VJP, it
 supports reverse mode only; the model applies it only with the speed layer on
-(:mod:`pe_spectral.speed`), so the plain reference path keeps forward mode.
+(:mod:`pe_spectral.runtime.speed`), so the plain reference path keeps forward mode.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ this module switches on a PE's name:
   position matrix (the bias's symmetric part, the input table's Gram, or one
   rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
   ``bias_extremes`` where a closed form exists (ALiBi);
-* ``validate`` -- the PE's own checks of a :class:`~pe_spectral.model.ModelConfig`.
+* ``validate`` -- the PE's own checks of a :class:`~pe_spectral.nn.model.ModelConfig`.
 
 Hooks take the model config ``cfg`` and, where parameters are involved, a dict
 ``{name: array}`` of one layer's (or the model's) PE parameters; they are pure
@@ -51,8 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral import positional as P
-from pe_spectral import spectral
+from pe_spectral.pe import positional as P
+from pe_spectral.pe import spectral
 
 __all__ = ["PositionalEncoding", "register", "unregister", "get", "names", "load_module",
            "REGISTRY", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions",

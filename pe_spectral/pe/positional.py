@@ -3,7 +3,7 @@
 Every function here is framework-free, works under ``jax.jit`` and ``jax.vmap``
 and is the single definition of its formula. How each registered PE uses them
 (its input table, logit bias, q/k transform and parameters) is said once, in
-the PE registry (``pe_spectral.encodings``); the model, the decomposition, the
+the PE registry (``pe_spectral.pe.encodings``); the model, the decomposition, the
 ablation and the spectral CLI call only the registry's hooks.
 
 The q/k transforms (:class:`Rotation`, :class:`PaperMLARotation`,

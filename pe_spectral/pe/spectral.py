@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral import positional
+from pe_spectral.pe import positional
 
 __all__ = [
     "pope_cosine_eigs", "pope_symmetric_bounds", "pope_norm_bound", "frequency_drift",
@@ -662,7 +662,7 @@ def hadamard_contraction_ratio(a, c):
 
   Both spectra come from one batched ``eigvalsh``: two LAPACK calls side by
   side in one XLA:CPU program can deadlock its thread pool on a 2-core
-  machine (``pe_spectral.decompose.summarize`` explains)."""
+  machine (``pe_spectral.analysis.decompose.summarize`` explains)."""
   ac = jnp.asarray(a) * jnp.asarray(c)
   both = jnp.stack([ac, jnp.broadcast_to(jnp.asarray(a), ac.shape).astype(ac.dtype)])
   eigs = jnp.linalg.eigvalsh(both)

@@ -9,7 +9,7 @@ backend (i.e. before the first computation), so entry points call it at import.
 
 Only applied for jaxlib versions where the flag is known to exist (an unknown
 XLA flag aborts the process). Part of the CPU speed layer: ``PE_SPECTRAL_FAST=0``
-(:mod:`pe_spectral.speed`) turns it off with the rest; ``PE_SPECTRAL_XLA_TUNING=0``
+(:mod:`pe_spectral.runtime.speed`) turns it off with the rest; ``PE_SPECTRAL_XLA_TUNING=0``
 turns off only this flag.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _jaxlib_version() -> tuple[int, ...]:
 
 def tune_cpu() -> bool:
   """Appends the CPU flag to ``XLA_FLAGS`` when safe. Returns True if applied."""
-  from pe_spectral import speed
+  from pe_spectral.runtime import speed
   if os.environ.get("PE_SPECTRAL_XLA_TUNING", "1") == "0" or not speed.enabled():
     return False
   if not (0, 10) <= _jaxlib_version() < (0, 12):

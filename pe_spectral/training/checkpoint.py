@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from pe_spectral.errors import Remedy, RunError
+from pe_spectral.runtime.errors import Remedy, RunError
 
 __all__ = ["Checkpointer", "CheckpointError", "DiskFullError", "tree_checksum"]
 

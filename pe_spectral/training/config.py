@@ -24,10 +24,10 @@ import os
 import typing
 from typing import Optional
 
-from pe_spectral import encodings
-from pe_spectral.model import ModelConfig, attention_of, script_quirks
-from pe_spectral.tasks import STRING_TASKS, TaskConfig
-from pe_spectral.train import TrainConfig
+from pe_spectral.data.tasks import STRING_TASKS, TaskConfig
+from pe_spectral.nn.model import ModelConfig, attention_of, script_quirks
+from pe_spectral.pe import encodings
+from pe_spectral.training.train import TrainConfig
 
 # The library's presets; a study adds its own with register_preset (e.g.
 # studies/arxiv_2505_13027/presets.py), and a program imports that module on
@@ -292,7 +292,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   ``attention_impl``: the softmax-attention code (``ModelConfig``; training
   with dropout on the attention probabilities refuses the library's); ``dtype``:
   ``"float32"`` (the default, recorded as None) or ``"bfloat16"`` (mixed
-  precision; :class:`~pe_spectral.model.ModelConfig`); ``overrides``:
+  precision; :class:`~pe_spectral.nn.model.ModelConfig`); ``overrides``:
   ``{section: {field: value}}`` (typed, :func:`parse_override`) applied to the
   preset's values before validation, e.g. ``{"model": {"d_model": 96}}``;
   ``pe_module``: the researcher's module that registers ``pe``

@@ -40,24 +40,18 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 import jax
 import numpy as np
 
-from pe_spectral import (
-  curvature,
-  decompose,
-  devices,
-  encodings,
-  plotting,
-  spectral,
-  speed,
-  stats,
-  tasks,
-)
-from pe_spectral import train as train_lib
-from pe_spectral.checkpoint import Checkpointer, CheckpointError, DiskFullError
-from pe_spectral.config import RunConfig
-from pe_spectral.errors import Remedy, RunError
-from pe_spectral.model import check_token_ids
-from pe_spectral.train import Steps, auto_seed_group, make_steps, seed_mesh
-from pe_spectral.workdir import (
+from pe_spectral.analysis import curvature, decompose, plotting, stats
+from pe_spectral.data import tasks
+from pe_spectral.nn.model import check_token_ids
+from pe_spectral.pe import encodings, spectral
+from pe_spectral.runtime import devices, speed
+from pe_spectral.runtime.errors import Remedy, RunError
+from pe_spectral.training import train as train_lib
+from pe_spectral.training.checkpoint import Checkpointer, CheckpointError, DiskFullError
+from pe_spectral.training.config import RunConfig
+from pe_spectral.training.sizing import auto_seed_group
+from pe_spectral.training.train import Steps, make_steps, seed_mesh
+from pe_spectral.training.workdir import (
   ConfigMismatchError,
   WorkdirBusyError,
   check_workdir,
@@ -166,7 +160,7 @@ class RunOptions:
     seed_group: vmap this many seeds at a time, groups one after another in
       the same compiled chunk (single device only; default: all seeds at
       once). ``"auto"``: the widest group whose chunk fits the device's
-      memory (:func:`train.auto_seed_group`; the choice goes to ``notify``),
+      memory (:func:`sizing.auto_seed_group`; the choice goes to ``notify``),
       within ``memory_gib`` if given, else 90 % of ``memory_fraction`` of the
       device's free memory; with several devices the seeds are sharded instead.
   """
@@ -200,7 +194,7 @@ class Hooks:
 
 def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
         hooks: Hooks = Hooks(), recorders: Sequence["Recorder"] = ()) -> dict:
-  """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.config.RunConfig`),
+  """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.training.config.RunConfig`),
   all seeds in one compiled program, into ``workdir`` (created).
 
   Each evaluation's row goes to every recorder: the metrics and step losses
@@ -213,7 +207,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
   Raises:
     ConfigMismatchError, WorkdirBusyError, CheckpointError (no kept checkpoint
     verifies), DiskFullError, NonFiniteLossError (each a
-    :class:`~pe_spectral.errors.RunError`
+    :class:`~pe_spectral.runtime.errors.RunError`
     with a one-line message and what to do), Interrupted.
   """
   writer = jax.process_index() == 0

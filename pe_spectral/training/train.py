@@ -28,25 +28,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pe_spectral import devices, speed
-from pe_spectral import model as model_lib
-from pe_spectral.devices import seed_mesh, wait_ready  # noqa: F401  (re-exported)
-from pe_spectral.tasks import TaskConfig
+from pe_spectral.data.tasks import TaskConfig
+from pe_spectral.nn import model as model_lib
+from pe_spectral.runtime import devices, speed
+from pe_spectral.runtime.devices import seed_mesh, wait_ready  # noqa: F401  (re-exported)
 
 __all__ = ["TrainConfig", "LabelRule", "label_rule", "lr_schedule", "wait_ready", "Steps",
            "make_steps", "seed_keys", "finite", "jit_init", "jit_chunk", "jit_evaluate",
-           "data_shapes", "compile_chunk", "compile_eval", "chunk_bytes", "eval_bytes",
-           "group_bytes", "first_fit", "choose_seed_group", "device_memory_limit",
-           "device_memory_available", "memory_budget", "auto_seed_group", "seed_mesh"]
+           "seed_mesh"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,178 +396,3 @@ def jit_evaluate(steps: Steps):
   """``jax.jit(steps.evaluate)``: ``(params, ids, labels) -> (accuracy, loss)``
   per seed."""
   return _jitted(steps, "evaluate")
-
-
-# ----------------------------------------------------------------------------
-# Automatic seed groups: the widest vmap whose training chunk fits the device.
-# ----------------------------------------------------------------------------
-
-def data_shapes(steps: Steps, num_examples: int):
-  """Shapes of ``num_examples`` token sequences and their labels."""
-  return (jax.ShapeDtypeStruct((num_examples, steps.task_cfg.max_len), jnp.int32),
-          jax.ShapeDtypeStruct((num_examples,), jnp.int32))
-
-
-def compile_chunk(steps: Steps, num_seeds: int, *, num_steps: int = 2):
-  """The training chunk for ``num_seeds`` seeds and ``num_steps`` steps,
-  compiled from shapes only (never run; e.g. for its ``memory_analysis()``)."""
-  keys = jax.ShapeDtypeStruct((num_seeds,), jnp.uint32)
-  return jit_chunk(steps).lower(steps.abstract_state(num_seeds), keys,
-                                *data_shapes(steps, steps.num_train),
-                                num_steps=num_steps).compile()
-
-
-def compile_eval(steps: Steps, num_seeds: int, num_examples: int):
-  """The evaluation of ``num_examples`` examples, compiled from shapes only."""
-  params = steps.abstract_state(num_seeds)["params"]
-  return jit_evaluate(steps).lower(params, *data_shapes(steps, num_examples)).compile()
-
-
-def needed_bytes(compiled) -> int:
-  """Temporaries plus arguments of a compiled program (XLA's ``memory_analysis``)."""
-  m = compiled.memory_analysis()
-  return int(m.temp_size_in_bytes) + int(m.argument_size_in_bytes)
-
-
-def chunk_bytes(steps: Steps, num_seeds: int, *, num_steps: int = 2) -> int:
-  """Bytes the compiled training chunk needs for ``num_seeds`` seeds
-  (:func:`compile_chunk`). Its length hardly matters: the steps run in a
-  ``lax.scan``."""
-  return needed_bytes(compile_chunk(steps, num_seeds, num_steps=num_steps))
-
-
-def eval_bytes(steps: Steps, num_seeds: int, num_examples: int) -> int:
-  """Bytes of the compiled evaluation of ``num_examples`` examples."""
-  return needed_bytes(compile_eval(steps, num_seeds, num_examples))
-
-
-@functools.lru_cache(maxsize=64)
-def group_bytes(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
-                seed_group: Optional[int]) -> int:
-  """The larger of :func:`chunk_bytes` and :func:`eval_bytes` (one
-  evaluation batch) with this ``seed_group`` (None: one vmap), cached on the
-  frozen configs (each candidate compiles once per process)."""
-  steps = make_steps(model_cfg, task_cfg, train_cfg, num_train, seed_group=seed_group)
-  return max(chunk_bytes(steps, num_seeds),
-             eval_bytes(steps, num_seeds, train_cfg.eval_batch_size))
-
-
-def first_fit(candidates, needs: Callable, limit_bytes: int) -> tuple:
-  """The first of ``candidates`` (widest first) with ``needs(c) <= limit_bytes``,
-  and the bytes measured ``{c: bytes}``; the last candidate if none fits (the
-  caller warns). Each measurement compiles once, so the first fit ends the search."""
-  measured = {}
-  for c in candidates:
-    measured[c] = int(needs(c))
-    if measured[c] <= limit_bytes:
-      return c, measured
-  return c, measured
-
-
-def choose_seed_group(num_seeds: int, needs: Callable[[int], int],
-                      limit_bytes: int) -> tuple[int, dict]:
-  """The largest divisor ``g`` of ``num_seeds`` with ``needs(g) <= limit_bytes``
-  (tried from the widest down, so the first fit ends the search), and the
-  bytes measured ``{g: bytes}``. If not even 1 fits, 1 (the caller warns)."""
-  if num_seeds < 1:
-    raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
-  return first_fit([d for d in range(num_seeds, 0, -1) if num_seeds % d == 0], needs,
-                   limit_bytes)
-
-
-def device_memory_limit(device=None) -> Optional[int]:
-  """The device's allocatable bytes (``memory_stats()['bytes_limit']`` on a
-  GPU/TPU), the machine's physical memory on a CPU, or None if unknown."""
-  device = device or jax.devices()[0]
-  stats = None
-  try:
-    stats = device.memory_stats()
-  except Exception:  # noqa: BLE001 -- backends without memory stats
-    stats = None
-  if stats and stats.get("bytes_limit"):
-    return int(stats["bytes_limit"])
-  if device.platform == "cpu":
-    try:
-      return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-      return None
-  return None
-
-
-def device_memory_available(device=None) -> Optional[int]:
-  """Bytes a new program may still use: on a CPU the kernel's ``MemAvailable``
-  (other processes share the machine's memory), capped by
-  :func:`device_memory_limit`; elsewhere :func:`device_memory_limit`."""
-  device = device or jax.devices()[0]
-  limit = device_memory_limit(device)
-  if device.platform != "cpu":
-    return limit
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          avail = int(line.split()[1]) * 1024
-          return avail if limit is None else min(avail, limit)
-  except (OSError, ValueError, IndexError):
-    pass
-  return limit
-
-
-def memory_budget_error(memory_gib: Optional[float], fraction: float) -> Optional[str]:
-  """What is wrong with a :func:`memory_budget`'s ``memory_gib`` / ``fraction``
-  (named as the programs' ``memory_gib`` / ``memory_fraction``), or None."""
-  if memory_gib is not None and not memory_gib > 0:
-    return f"memory_gib must be > 0, got {memory_gib}"
-  if not 0 < fraction <= 1:
-    return f"memory_fraction must be in (0, 1], got {fraction}"
-  return None
-
-
-def memory_budget(*, memory_gib: Optional[float] = None, fraction: float = 1.0,
-                  margin: float = 0.9, device=None) -> tuple[Optional[int], str]:
-  """The bytes a program of this process may use, and where the number comes
-  from: ``memory_gib`` if given, else ``margin`` x ``fraction`` of the device's
-  free memory (:func:`device_memory_available`; ``fraction`` is this process's
-  share when several share one device). ``(None, reason)`` when unknown."""
-  if err := memory_budget_error(memory_gib, fraction):
-    raise ValueError(err)
-  if memory_gib is not None:
-    return int(memory_gib * 1024 ** 3), "memory_gib"
-  free = device_memory_available(device)
-  if free is None:
-    return None, "the device's free memory is unknown (memory_gib says it)"
-  share = f" x memory_fraction={fraction:g}" if fraction < 1 else ""
-  return int(margin * fraction * free), f"{margin:.0%} of {free / 1024 ** 3:.2f} GiB free{share}"
-
-
-def auto_seed_group(model_cfg, task_cfg, train_cfg, *, num_train: int, num_seeds: int,
-                    limit_bytes: Optional[int] = None, memory_gib: Optional[float] = None,
-                    fraction: float = 1.0,
-                    notify: Callable[[str], None] = lambda msg: None) -> Optional[int]:
-  """``seed_group`` for :func:`make_steps`: the widest group of seeds whose
-  training chunk's and evaluation's compiled temporaries and arguments
-  (:func:`group_bytes`) fit ``limit_bytes``, by default :func:`memory_budget`'s
-  (``memory_gib``, else 90 % of ``fraction`` of the device's free memory).
-  None (one vmap over all seeds) when all fit; the choice is reported to
-  ``notify``."""
-  source = "given"
-  if limit_bytes is None:
-    limit_bytes, source = memory_budget(memory_gib=memory_gib, fraction=fraction)
-  if limit_bytes is None:
-    notify(f"seed group auto: {source}; all seeds in one vmap")
-    return None
-  usable = int(limit_bytes)
-  needs = lambda g: group_bytes(model_cfg, task_cfg, train_cfg, num_train=num_train,
-                                num_seeds=num_seeds,
-                                seed_group=None if g == num_seeds else g)
-  g, measured = choose_seed_group(num_seeds, needs, usable)
-  gib = lambda b: f"{b / 1024 ** 3:.2f} GiB" if b >= 1024 ** 3 else f"{b / 1024 ** 2:.0f} MiB"
-  tried = ", ".join(f"{k} at a time {gib(v)}" for k, v in measured.items())
-  where = f"usable {gib(usable)}, {source}"
-  if measured[g] > usable:
-    notify(f"seed group auto: even one seed at a time needs {gib(measured[g])}, more than "
-           f"the {where}; trying anyway "
-           f"(the memory options remat and attention_block shrink it)")
-  else:
-    notify(f"seed group auto: {num_seeds} seeds, {g} at a time ({tried}; {where})")
-  return None if g == num_seeds else g

@@ -16,8 +16,9 @@ from typing import Callable, Optional
 
 import jax
 
-from pe_spectral import model, tasks
-from pe_spectral.errors import Remedy, RunError
+from pe_spectral.data import tasks
+from pe_spectral.nn import model
+from pe_spectral.runtime.errors import Remedy, RunError
 
 __all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
            "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",

@@ -1,7 +1,7 @@
 """The paper's claims as a library: its numbers, the PEs each claim compares,
 the thresholds and the decision rules (study.md).
 
-Pure functions of run records -- dicts as ``pe_spectral.workdir.load_runs``
+Pure functions of run records -- dicts as ``pe_spectral.training.workdir.load_runs``
 reads them from committed files (``summary.json`` fields plus ``records``,
 ``config``, ``ablation``); nothing here reads files or renders text, so every
 rule is unit-tested on hand-made records.
@@ -13,9 +13,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pe_spectral import config as configs
-from pe_spectral import encodings, stats, tasks
-from pe_spectral import model as model_lib
+from pe_spectral.analysis import stats
+from pe_spectral.data import tasks
+from pe_spectral.nn import model as model_lib
+from pe_spectral.pe import encodings
+from pe_spectral.training import config as configs
 from studies.arxiv_2505_13027 import presets  # noqa: F401 -- registers study, deposit, long
 
 __all__ = ["PAPER", "CLAIM_PES", "PAPER_EXAMPLES", "PAPER_MLA_FACTOR", "STUDY_PRESET",

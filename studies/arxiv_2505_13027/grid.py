@@ -15,8 +15,9 @@ import os
 
 import numpy as np
 
-from pe_spectral import encodings, plotting, stats
-from pe_spectral.model import ModelConfig
+from pe_spectral.analysis import plotting, stats
+from pe_spectral.nn.model import ModelConfig
+from pe_spectral.pe import encodings
 from studies.arxiv_2505_13027 import claims
 
 # (content-dependent, static, coupling measure)

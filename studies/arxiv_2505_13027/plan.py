@@ -36,8 +36,8 @@ from typing import Optional
 from absl import app, flags
 
 from experiments import cli
-from pe_spectral import config as configs
-from pe_spectral import workdir
+from pe_spectral.training import config as configs
+from pe_spectral.training import workdir
 from studies.arxiv_2505_13027 import RESULTS, claims, presets
 from studies.arxiv_2505_13027.claims import CLAIM_PES
 

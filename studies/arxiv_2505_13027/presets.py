@@ -1,5 +1,5 @@
 """The study's presets, registered with the library on import
-(``pe_spectral.config.register_preset``); the programs take them with
+(``pe_spectral.training.config.register_preset``); the programs take them with
 ``--presets_from=studies.arxiv_2505_13027.presets`` (the plan passes it).
 
 * ``study``: the ``cpu`` model with room for Task 2 at the paper's length
@@ -11,7 +11,7 @@
 
 Task 1 is as at the ``cpu`` preset everywhere. Sizing: docs/presets.md.
 """
-from pe_spectral import config
+from pe_spectral.training import config
 
 _DISTANCE = config.TASK_PRESETS[("cpu", "distance")]
 _COUNT_120 = dict(vocab_size=574, num_examples=20_000, seq_len=120, max_len=120,

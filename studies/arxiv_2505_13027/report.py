@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Optional
 
-from pe_spectral import xla_config
+from pe_spectral.runtime import xla_config
 
 xla_config.tune_cpu()
 
@@ -37,9 +37,10 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral import ceilings, plotting, stats, tasks  # noqa: E402
-from pe_spectral import config as configs  # noqa: E402
-from pe_spectral.ablation import scores_of_drops  # noqa: E402
+from pe_spectral.analysis import ceilings, plotting, stats  # noqa: E402
+from pe_spectral.analysis.ablation import scores_of_drops  # noqa: E402
+from pe_spectral.data import tasks  # noqa: E402
+from pe_spectral.training import config as configs  # noqa: E402
 from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
 from studies.arxiv_2505_13027 import presets as _presets  # noqa: E402,F401 (registers them)
 
@@ -73,7 +74,7 @@ flags.DEFINE_string("grid_distance", os.path.join(RESULTS, "grid-distance"),
                     "(h)'s descriptive Task 1 runs (launch/thesis_cpu.sh --grid_distance); "
                     "their static twins are read from the first --thesis directory.")
 
-from pe_spectral.workdir import load_runs  # noqa: E402
+from pe_spectral.training.workdir import load_runs  # noqa: E402
 from studies.arxiv_2505_13027 import claims as rules  # noqa: E402
 from studies.arxiv_2505_13027 import grid  # noqa: E402
 from studies.arxiv_2505_13027 import plan as study  # noqa: E402
@@ -725,7 +726,7 @@ def render(report: Report, out: str, figdir: str) -> str:
   parts += ["Convergence: " + stats.plateau([{"step": 1, "train_accuracy": [0.0]},
                                              {"step": 2, "train_accuracy": [0.0]}])["criterion"]
             .replace("train_accuracy", "a seed has plateaued when its train accuracy stays")
-            + " (`pe_spectral.stats.plateau`). Presets and budgets: "
+            + " (`pe_spectral.analysis.stats.plateau`). Presets and budgets: "
             "[docs/presets.md](../../docs/presets.md); the pre-registered tests: "
             "[study.md](study.md).", ""]
   for task, title in (("distance", "Task 1 — trigger distance"),

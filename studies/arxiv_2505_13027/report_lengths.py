@@ -11,8 +11,8 @@ import glob
 import json
 import os
 
-from pe_spectral import plotting
-from pe_spectral.extrapolation import Prediction
+from pe_spectral.analysis import plotting
+from pe_spectral.analysis.extrapolation import Prediction
 
 
 def load_lengths(root: str) -> list[dict]:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pe_spectral import plotting, stats
+from pe_spectral.analysis import plotting, stats
 from studies.arxiv_2505_13027 import claims as rules
 
 plt = plotting.plt  # pyplot, on the Agg backend plotting selects
@@ -171,7 +171,7 @@ def frequency_lines(budgets: Sequence[dict], figdir: str, rel) -> list[str]:
   return lines
 
 
-# The thesis figures (moved from pe_spectral.plotting: they read the study's rules).
+# The thesis figures (moved from pe_spectral.analysis.plotting: they read the study's rules).
 _THESIS_COLORS = {"rope": "tab:blue", "rope_additive": "tab:cyan",
                   "alibi_multiplicative": "tab:red", "alibi": "tab:orange"}
 

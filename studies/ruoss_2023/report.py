@@ -15,7 +15,7 @@ import os
 import numpy as np
 from absl import app, flags
 
-from pe_spectral import plotting, stats
+from pe_spectral.analysis import plotting, stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS

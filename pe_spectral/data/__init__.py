@@ -1,0 +1,2 @@
+"""The tasks' data (``tasks``: ``TaskConfig`` and the generators).
+"""
