@@ -31,7 +31,7 @@ xla_config.tune_cpu()  # must precede JAX's backend initialisation
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import cli  # noqa: E402
-from pe_spectral.data import tasks  # noqa: E402
+from pe_spectral.data import corpus, tasks  # noqa: E402
 from pe_spectral.pe import encodings  # noqa: E402
 from pe_spectral.runtime.timefmt import minutes_seconds  # noqa: E402
 from pe_spectral.training import config as configs  # noqa: E402
@@ -42,7 +42,12 @@ flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "
 flags.DEFINE_enum("task", "distance", list(tasks.TASKS),
                   "Synthetic task: the paper's distance and count, or Ruoss et al.'s "
                   "parity_check, even_pairs, cycle_navigation, modular_arithmetic "
-                  "(trained on lengths 1..seq_len).")
+                  "(trained on lengths 1..seq_len); or lm: a causal byte-level language "
+                  "model on real text (--data; docs/language.md).")
+flags.DEFINE_string("data", None,
+                    "--task=lm: the corpus: a text file, a directory or a glob, or "
+                    "hf:NAME[:CONFIG] (a Hugging Face dataset; needs the datasets library). "
+                    "Default: this Python's standard library source, split by file.")
 flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
 flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
@@ -172,6 +177,8 @@ def plan_runs():
     val = getattr(FLAGS, name)
     if val is not None and val < 1:
       raise UsageError(f"--{name} must be >= 1, got {val}")
+  if FLAGS.data is not None and FLAGS.task != "lm":
+    raise UsageError(f"--data names a corpus for --task=lm, not --task={FLAGS.task}")
   group = parse_seed_group(FLAGS.seed_group)
   if isinstance(group, int) and group and FLAGS.seeds % group:
     raise UsageError(f"--seed_group {group} must divide --seeds {FLAGS.seeds}")
@@ -207,7 +214,8 @@ def plan_runs():
           "model.pe_options.heads": k,
           "model.pe_options.slopes": FLAGS.alibi_slopes if takes(pe, "alibi_slopes") else None,
           "model.random_positions": FLAGS.random_positions,
-          "task.data_seed": FLAGS.data_seed or None, "train.epochs": FLAGS.epochs,
+          "task.data_seed": FLAGS.data_seed or None, "task.corpus": FLAGS.data,
+          "train.epochs": FLAGS.epochs,
           "train.steps": FLAGS.steps, "train.batch_size": FLAGS.batch_size,
           "train.learning_rate": FLAGS.learning_rate})
       try:
@@ -218,6 +226,11 @@ def plan_runs():
                         pe_module=module if pe in own_pes else None)
       except ValueError as e:
         raise UsageError(f"invalid configuration for --pe={pe}: {e}") from None
+      if rc.task.is_lm:  # the corpus read once here: a bad one fails before any work
+        try:
+          tasks.check_corpus(rc.task)
+        except corpus.CorpusError as e:
+          raise UsageError(f"--data: {e}") from None
       runs.append((rc, FLAGS.workdir or os.path.join("runs", spec.run_id())))
   if FLAGS.workdir and len(runs) > 1:
     raise UsageError("--workdir names one run; drop it to use one default "
@@ -261,13 +274,16 @@ def _init_distributed() -> None:
         file=sys.stderr, flush=True)
 
 
-def _progress(tag: str, stop=None):
+def _progress(tag: str, stop=None, lm: bool = False):
   def show(p: dict) -> None:
     eta = p["eta_s"]
     comp = (f"  (compiled in {p['compile_s']:.0f} s, not counted)"
             if p.get("compile_s") else "")
+    held_out = (f"valid {p['test_loss_mean'] / math.log(2):.3f} bits/byte  "
+                f"next-byte acc {100 * p['test_accuracy_mean']:.2f}%"
+                if lm else f"test acc {100 * p['test_accuracy_mean']:.2f}%")
     print(f"[{tag}] step {p['step']}/{p['total']}  loss {p['loss_mean']:.4f} ± "
-          f"{p['loss_std']:.4f}  test acc {100 * p['test_accuracy_mean']:.2f}%  "
+          f"{p['loss_std']:.4f}  {held_out}  "
           f"train acc {100 * p['train_accuracy_mean']:.2f}%  "
           f"{p['steps_per_s']:.2f} steps/s  ETA {minutes_seconds(eta)}{comp}",
           file=sys.stderr, flush=True)
@@ -418,7 +434,7 @@ def main(argv):
                               seed_group=resolve_seed_group(FLAGS.seed_group),
                               memory_gib=FLAGS.memory_gib,
                               memory_fraction=FLAGS.memory_fraction),
-            runner.Hooks(progress=None if quiet else _progress(tag, stop),
+            runner.Hooks(progress=None if quiet else _progress(tag, stop, rc.task.is_lm),
                          notify=(lambda msg: None) if quiet else _notify(tag),
                          should_stop=stop.should_stop),
             recorders=[events.TensorBoardRecorder()] if tensorboard else [])
@@ -448,6 +464,16 @@ def main(argv):
       return 130
     rows.append((tag, s))
   if quiet:
+    return 0
+  lm = [(tag, s) for tag, s in rows if "test_bits_per_byte" in s]
+  if lm:  # language models: bits per byte on the validation windows, lower is better
+    print(f"\n{'run':<34} {'bits/byte (mean ± std)':>22}  per-seed bits per byte (validation)")
+    for tag, s in lm:
+      per = " ".join(f"{b:.3f}" for b in s["test_bits_per_byte"])
+      print(f"{tag:<34} {s['test_bits_per_byte_mean']:>12.3f} ± "
+            f"{s['test_bits_per_byte_std']:<7.3f}  {per}")
+    print("next: python -m experiments.lengths --workdir=<run> (bits per byte at longer "
+          "contexts, loss against position)")
     return 0
   print(f"\n{'run':<34} {'test acc (mean ± std)':>22}  {'plateaued':>9}  "
         f"per-seed test accuracy (%)")

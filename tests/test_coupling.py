@@ -187,8 +187,13 @@ def test_registry_declares_the_coupling_of_the_pairs():
   assert c["rope"] == c["alibi_multiplicative"] == c["p_rope"] == "multiplicative"
   assert c["alibi"] == c["rope_additive"] == c["relative"] == "additive"
   assert c["nope"] == c["sinusoidal"] == ""
-  with pytest.raises(ValueError, match="bidirectional"):
-    ModelConfig(pe="alibi_multiplicative", causal=True)
+  # causal (a language model): the factor's lower triangle rho^(i-j), j <= i,
+  # written from the definition; the model's causal logits of this PE keep it
+  causal = ModelConfig(pe="alibi_multiplicative", causal=True, num_heads=4, d_model=64)
+  rho = np.exp(-np.asarray(encodings.get("alibi").slopes(causal), np.float64))
+  f = np.asarray(encodings.get(causal.pe).logit_factor(causal, {}, 7), np.float64)
+  i, j = np.tril_indices(7)
+  np.testing.assert_allclose(f[:, i, j], rho[:, None] ** (i - j)[None], rtol=1e-5)
   cfg = ModelConfig(pe="alibi_multiplicative", pe_options={"slopes": "paper"}, num_heads=4,
                     d_model=64)
   np.testing.assert_allclose(encodings.get(cfg.pe).rhos(cfg),

@@ -25,15 +25,27 @@ written from their definitions:
 * ``modular_arithmetic``: residues 0..4 (ids 1..5) alternating with
   operators +, −, × (ids 6, 7, 8), odd length (an even length drops its last
   token), no brackets, × before + and −; label = the value mod 5.
+
+And one task on real text, ``lm``: next-token prediction (a causal language
+model) on a byte-level corpus (``corpus.py``: by default the Python standard
+library's source, split by file). Its :class:`Dataset` holds the training
+split as one flat array of token ids (the training steps draw windows of
+``seq_len + 1`` tokens from it with the run's keys) and fixed evaluation
+windows of the validation and training splits; ``num_examples`` is the
+number of windows an *epoch* counts (the evaluation interval), not a pass
+over the corpus.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from pe_spectral.data import corpus as corpus_lib
 
 __all__ = ["TaskConfig", "Dataset", "generate", "lengthened", "shift_right", "TASKS",
            "STRING_TASKS", "MODULUS"]
@@ -43,7 +55,7 @@ __all__ = ["TaskConfig", "Dataset", "generate", "lengthened", "shift_right", "TA
 STRING_TASKS = {"parity_check": (3, 2), "even_pairs": (3, 2), "cycle_navigation": (4, 5),
                 "modular_arithmetic": (9, 5)}
 MODULUS = 5  # cycle_navigation's cycle, modular_arithmetic's modulus (as the references)
-TASKS = ("distance", "count", *STRING_TASKS)
+TASKS = ("distance", "count", *STRING_TASKS, "lm")
 _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 
 
@@ -52,8 +64,9 @@ _CHUNK = 8192  # examples per jitted generator call (bounds memory)
 DISTANCE_FIELDS = ("side_min", "side_max", "mid_min", "mid_max")
 COUNT_FIELDS = ("num_triggers", "count_max")
 STRING_FIELDS = ("min_len",)
+LM_FIELDS = ("corpus", "eval_windows")
 TASK_FIELDS = {"distance": DISTANCE_FIELDS, "count": COUNT_FIELDS,
-               **{name: STRING_FIELDS for name in STRING_TASKS}}
+               **{name: STRING_FIELDS for name in STRING_TASKS}, "lm": LM_FIELDS}
 
 
 def recorded_fields(d: dict) -> dict:
@@ -79,6 +92,8 @@ class TaskConfig:
   num_triggers: int = 30  # count: trigger ids
   count_max: int = 100    # count: k ~ U{0..count_max}
   min_len: int = 1        # string tasks: lengths ~ U{min_len..seq_len}
+  corpus: Optional[str] = None  # lm: the corpus (corpus.load; None: the standard library)
+  eval_windows: int = 256  # lm: fixed windows each evaluation scores, per split
   train_frac: float = 0.7
   data_seed: int = 0
 
@@ -92,7 +107,13 @@ class TaskConfig:
     if self.seq_len > self.max_len:
       raise ValueError(f"seq_len ({self.seq_len}) exceeds max_len ({self.max_len})")
     fillers = self.vocab_size - 1
-    if self.name in STRING_TASKS:
+    if self.name == "lm":
+      if self.vocab_size != corpus_lib.BYTE_VOCAB:
+        raise ValueError(f"task 'lm' reads bytes: vocab_size {corpus_lib.BYTE_VOCAB} (256 "
+                         f"bytes and the padding), got {self.vocab_size}")
+      if self.seq_len < 1 or self.eval_windows < 1:
+        raise ValueError("task 'lm' needs seq_len >= 1 and eval_windows >= 1")
+    elif self.name in STRING_TASKS:
       vocab = STRING_TASKS[self.name][0]
       if self.vocab_size != vocab:
         raise ValueError(f"task {self.name!r} has vocab_size {vocab} (its symbols and the "
@@ -126,6 +147,8 @@ class TaskConfig:
 
   @property
   def label_max(self) -> int:
+    if self.name == "lm":  # the next token
+      return self.vocab_size - 1
     if self.name in STRING_TASKS:
       return STRING_TASKS[self.name][1] - 1
     return self.mid_max + 1 if self.name == "distance" else self.count_max
@@ -136,7 +159,16 @@ class TaskConfig:
 
   @property
   def num_train(self) -> int:
+    """Training examples per epoch: the train split's size, or for ``lm``
+    the windows an epoch counts (``num_examples``)."""
+    if self.name == "lm":
+      return self.num_examples
     return int(self.train_frac * self.num_examples)
+
+  @property
+  def is_lm(self) -> bool:
+    """Whether this is next-token prediction (per-token targets, causal)."""
+    return self.name == "lm"
 
   def replace(self, **kw) -> "TaskConfig":
     return dataclasses.replace(self, **kw)
@@ -156,6 +188,10 @@ class Dataset:
   test_ids: jax.Array
   test_labels: jax.Array
   triggers: jax.Array      # int32 [2] or [num_triggers]
+  # lm: train_ids is the training split's flat token array [n] (train_labels
+  # empty), test_ids the validation windows [eval_windows, seq_len + 1] (labels
+  # zeros), and these the training split's evaluation windows
+  train_eval_ids: Optional[jax.Array] = None
 
 
 def _segment(key, length_key, lo, hi, width, fillers):
@@ -260,6 +296,8 @@ def generate(cfg: TaskConfig, *, num_examples: Optional[int] = None) -> Dataset:
   Examples are produced by a jitted ``vmap`` in chunks of 8192 (100k examples
   take a few seconds on a CPU); the split is a seeded random 70/30 permutation.
   """
+  if cfg.name == "lm":
+    return _lm_dataset(cfg)
   n = cfg.num_examples if num_examples is None else num_examples
   root = jax.random.key(cfg.data_seed)
   trig_key, ex_key, split_key = (jax.random.fold_in(root, i) for i in range(3))
@@ -333,3 +371,54 @@ def trigger_ids(cfg: TaskConfig) -> np.ndarray:
   """The trigger ids of ``cfg`` (same as ``generate(cfg).triggers``)."""
   return np.asarray(_triggers(jax.random.fold_in(jax.random.key(cfg.data_seed), 0),
                               cfg)[0])
+
+
+# ---------------------------------------------------------------------------
+# The language-model task: windows of a corpus.
+
+@functools.lru_cache(maxsize=4)
+def load_corpus(spec: Optional[str]) -> corpus_lib.Corpus:
+  """The corpus of a config (``TaskConfig.corpus``), read once per process."""
+  return corpus_lib.load(spec)
+
+
+def eval_windows(tokens, length: int, count: int) -> np.ndarray:
+  """``count`` fixed windows of ``length + 1`` tokens of a flat split, evenly
+  spaced over it: window ``i`` starts at a multiple of ``length``, so the
+  windows' targets (every token but the first) never overlap -- each token is
+  scored at most once. Fewer when the split holds fewer; a
+  :class:`corpus.CorpusError` when it holds not one."""
+  tokens = np.asarray(tokens)
+  slots = (tokens.shape[0] - 1) // length
+  if slots < 1:
+    raise corpus_lib.CorpusError(
+        f"a split of {tokens.shape[0]} tokens is shorter than one window of {length + 1}")
+  pick = np.unique(np.linspace(0, slots - 1, min(count, slots)).round().astype(np.int64))
+  return np.stack([tokens[s * length:s * length + length + 1] for s in pick])
+
+
+def check_corpus(cfg: TaskConfig, length: Optional[int] = None) -> dict:
+  """``lm``: the corpus's record (:meth:`corpus.Corpus.record`) once every
+  split holds a window of ``length`` (default ``seq_len``) + 1 tokens; a
+  :class:`corpus.CorpusError` otherwise. Reads the corpus (cached)."""
+  c = load_corpus(cfg.corpus)
+  need = (length or cfg.seq_len) + 1
+  for split in corpus_lib.SPLITS:
+    have = c.split(split).shape[0]
+    if have < need:
+      raise corpus_lib.CorpusError(
+          f"corpus {c.source}: the {split} split has {have} tokens, fewer than one window "
+          f"of {need}")
+  return c.record()
+
+
+def _lm_dataset(cfg: TaskConfig) -> Dataset:
+  check_corpus(cfg)
+  c = load_corpus(cfg.corpus)
+  valid = jnp.asarray(eval_windows(c.valid, cfg.seq_len, cfg.eval_windows), jnp.int32)
+  train = jnp.asarray(eval_windows(c.train, cfg.seq_len, cfg.eval_windows), jnp.int32)
+  # the labels are the windows' own next tokens: a zero per window keeps the
+  # (ids, labels) shapes every program takes
+  return Dataset(train_ids=jnp.asarray(c.train), train_labels=jnp.zeros((1,), jnp.int32),
+                 test_ids=valid, test_labels=jnp.zeros((valid.shape[0],), jnp.int32),
+                 triggers=jnp.zeros((0,), jnp.int32), train_eval_ids=train)

@@ -178,6 +178,10 @@ class ModelConfig:
       or a ``.py`` path; :func:`encodings.load_module`), loaded when the
       config is built; None (default) for the package's own PEs, and then
       not recorded.
+    per_token: None (default): class logits of the pooled sequence,
+      ``[batch, num_classes]``. True: a language model's head, logits at every
+      position ``[batch, seq, num_classes]`` (no pooling); needs ``causal``
+      (each position then sees only itself and what precedes it).
   """
   pe: str = "rope"
   vocab_size: int = 574
@@ -204,6 +208,7 @@ class ModelConfig:
   remat: Optional[bool] = None
   dtype: Optional[str] = None
   pe_module: Optional[str] = None
+  per_token: Optional[bool] = None
 
   def __post_init__(self):
     if self.pe_module is not None:
@@ -253,6 +258,14 @@ class ModelConfig:
           f"relative_buckets must be >= 2 or None, got {self.relative_buckets}")
     if self.relative_max_distance is not None and self.relative_max_distance < 1:
       raise ValueError("relative_max_distance must be >= 1")
+    if self.per_token not in (None, True):
+      raise ValueError(f"per_token must be True or None, got {self.per_token!r}")
+    if self.per_token and not self.causal:
+      raise ValueError("per_token logits (a language model) need causal attention: "
+                       "without it each position sees the tokens it predicts")
+    if self.per_token and self.faithful:
+      raise ValueError("faithful mode reproduces the paper's classifier scripts; a "
+                       "language model (per_token) has no faithful form")
     enc.validate(self)
 
   def _check_attention_impl(self, enc) -> None:
@@ -737,10 +750,13 @@ class TransformerClassifier(nnx.Module):
     return {"positions": positions, "mask": self.attention_mask(ids)}
 
   def classify(self, x: jax.Array, ids: jax.Array) -> jax.Array:
-    """Class logits from the last residual stream: final norm, pooling, head."""
+    """Class logits from the last residual stream: final norm, pooling, head
+    (``per_token``: the head at every position, no pooling)."""
     cfg = self.cfg
     if cfg.final_norm:
       x = self.final_ln(x)
+    if cfg.per_token:
+      return self.head(x)
     if cfg.mask_padding:
       real = (ids != PAD_ID).astype(x.dtype)[..., None]
       pooled = (x * real).sum(1) / jnp.maximum(real.sum(1), 1.0)

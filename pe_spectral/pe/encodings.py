@@ -929,7 +929,10 @@ class AlibiMultiplicative(Alibi):
   PE to the logits. ``F = [ρ^{|i-j|}]`` is a Kac-Murdock-Szegő matrix:
   positive definite with unit diagonal for ``0 < ρ < 1``, so Schur's theorem
   bounds ``λ_max(F ∘ G) <= max_i G_ii`` for a PSD content Gram ``G``.
-  Nothing is learned (as ALiBi).
+  Nothing is learned (as ALiBi). Causal attention (a language model) uses the
+  factor's lower triangle ``ρ^{i-j}``, ``j <= i``: the masked entries never
+  reach a probability. The Toeplitz coefficients and Schur's bound stay those
+  of the symmetric factor, which the causal logits are the lower half of.
   """
   name = "alibi_multiplicative"
   description = ("ALiBi's kernel as a Hadamard factor: logits times rho_h^|i-j|, "
@@ -937,11 +940,6 @@ class AlibiMultiplicative(Alibi):
   coupling = "multiplicative"
   kinds = ("factor",)
   toeplitz_label = "KMS factor ρ^|k| (head 0)"
-
-  def validate(self, cfg):
-    if cfg.causal:
-      raise ValueError("alibi_multiplicative is defined for bidirectional attention "
-                       "(its KMS factor is symmetric); causal=True is not supported")
 
   def rhos(self, cfg) -> jax.Array:
     """``[num_heads]`` decay rates ``exp(-m_h)``."""

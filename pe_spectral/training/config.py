@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import functools
 import os
+import re
 import typing
 from typing import Optional
 
@@ -73,6 +74,37 @@ for _name, (_vocab, _) in STRING_TASKS.items():
   TASK_PRESETS[("cpu", _name)] = dict(vocab_size=_vocab, num_examples=20_000, seq_len=40,
                                       max_len=48, min_len=1)
 
+# The language model (task ``lm``, byte-level): its own sizes and budget over
+# the preset's, since a context of real text and a 257-way next-byte head are
+# not the classifiers' 48 tokens (docs/language.md). An epoch is the
+# evaluation interval (``num_examples`` windows), not a pass over the corpus.
+# ``cpu`` is sized so that 8 seeds of one PE train in about 15 minutes on 2 cores.
+TASK_PRESETS[("smoke", "lm")] = dict(vocab_size=257, num_examples=256, seq_len=32,
+                                     max_len=32, eval_windows=16)
+TASK_PRESETS[("cpu", "lm")] = dict(vocab_size=257, num_examples=3200, seq_len=128,
+                                   max_len=128, eval_windows=256)
+TASK_PRESETS[("paper", "lm")] = dict(vocab_size=257, num_examples=64 * 500, seq_len=512,
+                                     max_len=512, eval_windows=1024)
+TASK_MODEL_PRESETS = {
+    ("smoke", "lm"): dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=32,
+                          dropout=0.0),
+    ("cpu", "lm"): dict(d_model=128, num_heads=4, num_layers=2, d_ff=512, max_len=128,
+                        dropout=0.0),
+    ("paper", "lm"): dict(d_model=512, num_heads=8, num_layers=8, d_ff=2048, max_len=512,
+                          dropout=0.0),
+}
+TASK_TRAIN_PRESETS = {
+    ("smoke", "lm"): dict(learning_rate=3e-3, b1=0.9, b2=0.95, weight_decay=0.0,
+                          warmup_frac=0.05, batch_size=16, epochs=2, eval_batch_size=16,
+                          train_eval_examples=16),
+    ("cpu", "lm"): dict(learning_rate=3e-3, b1=0.9, b2=0.95, weight_decay=0.0,
+                        warmup_frac=0.05, batch_size=32, epochs=6, eval_batch_size=64,
+                        train_eval_examples=256),
+    ("paper", "lm"): dict(learning_rate=1e-3, b1=0.9, b2=0.95, weight_decay=0.0,
+                          warmup_frac=0.02, batch_size=64, epochs=20, eval_batch_size=64,
+                          train_eval_examples=1024),
+}
+
 TRAIN_PRESETS = {
     "smoke": dict(learning_rate=1e-3, b1=0.9, b2=0.98, batch_size=32, epochs=2,
                   eval_batch_size=128, train_eval_examples=128),
@@ -113,12 +145,14 @@ def register_preset(name: str, *, model: dict, tasks: dict, train: dict) -> None
   PRESET_NAMES.append(name)
 
 
-def train_settings(preset: str, pe: str, faithful: bool) -> dict:
+def train_settings(preset: str, pe: str, faithful: bool, task: Optional[str] = None) -> dict:
   """The training settings (``TrainConfig`` fields) a run of ``pe`` gets at
-  ``preset`` before any command-line override."""
+  ``preset`` (on ``task``, where it has its own: :data:`TASK_TRAIN_PRESETS`)
+  before any command-line override."""
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   kw = dict(TRAIN_PRESETS[preset])
+  kw.update(TASK_TRAIN_PRESETS.get((preset, task), {}))
   if faithful:
     kw.update(_FAITHFUL_OPT)
     quirks = script_quirks(faithful, attention_of(pe))  # e.g. the paper's MLA budget
@@ -165,7 +199,7 @@ BUILD_ARGUMENTS = {
     ("model", "attention_block"): "attention_block", ("model", "remat"): "remat",
     ("model", "attention_impl"): "attention_impl",
     ("model", "dtype"): "dtype", ("model", "pe_module"): "pe_module",
-    ("task", "name"): "task", ("task", "data_seed"): "data_seed",
+    ("task", "name"): "task", ("task", "data_seed"): "data_seed", ("task", "corpus"): "data",
     ("train", "epochs"): "epochs", ("train", "steps"): "steps",
     ("train", "batch_size"): "batch_size", ("train", "learning_rate"): "learning_rate",
 }
@@ -173,6 +207,7 @@ _DERIVED = {
     ("model", "pe_options"): "set its fields: pe_options.<field>",
     ("model", "vocab_size"): "it follows task.vocab_size",
     ("model", "num_classes"): "it follows the task's labels",
+    ("model", "per_token"): "it follows the task (lm: a language model's head)",
 }
 _NOT_OVERRIDABLE = {**{k: f"use build()'s {a} argument" for k, a in BUILD_ARGUMENTS.items()},
                     **_DERIVED}
@@ -285,6 +320,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
           dtype: Optional[str] = None,
           attention_impl: Optional[str] = None,
           pe_module: Optional[str] = None,
+          data: Optional[str] = None,
           overrides: Optional[dict] = None) -> RunConfig:
   """Builds validated configs; raises ValueError with a clear message.
   ``random_positions``: train and evaluate with randomized positions drawn
@@ -296,7 +332,8 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   ``{section: {field: value}}`` (typed, :func:`parse_override`) applied to the
   preset's values before validation, e.g. ``{"model": {"d_model": 96}}``;
   ``pe_module``: the researcher's module that registers ``pe``
-  (:func:`encodings.load_module`), loaded first and recorded."""
+  (:func:`encodings.load_module`), loaded first and recorded; ``data``: the
+  ``lm`` task's corpus (``corpus.load``: a path, a glob or ``hf:NAME``)."""
   if pe_module is not None:
     encodings.load_module(pe_module)
   overrides = overrides or {}
@@ -307,12 +344,16 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   if preset not in PRESET_NAMES:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESET_NAMES)}")
   task_cfg = task_config(preset, task, data_seed)
+  if data is not None:
+    if not task_cfg.is_lm:
+      raise ValueError(f"data (a corpus) is for the lm task, not {task!r}")
+    task_cfg = task_cfg.replace(corpus=data)
   if overrides.get("task"):
     task_cfg = task_cfg.replace(**overrides["task"])
-  if faithful and task_cfg.name in STRING_TASKS:
+  if faithful and (task_cfg.name in STRING_TASKS or task_cfg.is_lm):
     raise ValueError(f"faithful mode reproduces the paper's scripts, which have the distance "
                      f"and count tasks only, not {task_cfg.name!r}")
-  train_kw = train_settings(preset, pe, faithful)
+  train_kw = train_settings(preset, pe, faithful, task)
   train_kw.update(overrides.get("train", {}))
   for name, val in (("epochs", epochs), ("steps", steps),
                     ("batch_size", batch_size), ("learning_rate", learning_rate)):
@@ -321,6 +362,9 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   train_cfg = TrainConfig(**train_kw)
   num_classes = task_cfg.vocab_size if faithful else task_cfg.num_labels
   model_kw = dict(MODEL_PRESETS[preset])
+  model_kw.update(TASK_MODEL_PRESETS.get((preset, task), {}))
+  if task_cfg.is_lm:  # next-token prediction: causal attention, logits at every position
+    model_kw.update(causal=True, per_token=True)
   options = {}  # pe_options' fields; ModelConfig says whether the PE takes them
   if rope_heads is not None:
     options["heads"] = rope_heads
@@ -451,6 +495,8 @@ class RunSpec:
       return f"{name}-{self.tag}"
     shared = collections.Counter(n for (_, n) in _settable_fields())
     for section, field, value in self.settings:
+      if (section, field) == ("task", "corpus"):  # a path or hf:NAME: a name's word
+        value = re.sub(r"[^A-Za-z0-9.]+", "_", str(value)).strip("_")[-40:]
       if (section, field) not in _NAME_PREFIXES:
         short = field.rsplit(".", 1)[-1]  # pe_options.gamma -> gamma
         name += f"-{section}.{field}{value}" if shared[field] > 1 else f"-{short}{value}"

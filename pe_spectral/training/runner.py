@@ -38,6 +38,7 @@ import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral.analysis import curvature, decompose, plotting, stats
@@ -221,6 +222,8 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
   options = dataclasses.replace(options, eval_every=options.eval_every or steps_per_epoch)
   config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": options.eval_every,
             "total_steps": total, "steps_per_epoch": steps_per_epoch}
+  if rc.task.is_lm:  # what was read, so that a resume on other text is refused
+    config["corpus"] = tasks.check_corpus(rc.task)
   if options.record_spectra:
     config["record_spectra"] = options.record_spectra
   if options.record_curvature:
@@ -246,7 +249,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
     data = tasks.generate(rc.task)
     for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
       check_token_ids(ids, rc.model.vocab_size)
-    if data.train_ids.shape[0] != num_train:
+    if not rc.task.is_lm and data.train_ids.shape[0] != num_train:
       raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
                            f"config says {num_train}")
     mesh = seed_mesh(len(seeds))
@@ -291,10 +294,14 @@ class _Session(NamedTuple):
 
 def _session(rc, seeds, workdir, steps, mesh, data, paths) -> "_Session":
   """The run's fixed pieces: the data and the seeds' keys placed on the mesh."""
-  n_sub = min(rc.train.train_eval_examples, data.train_ids.shape[0])
+  if data.train_eval_ids is not None:  # lm: fixed windows of the training split
+    n_sub = min(rc.train.train_eval_examples, data.train_eval_ids.shape[0])
+    sub = (data.train_eval_ids[:n_sub], jnp.zeros((n_sub,), jnp.int32))
+  else:
+    n_sub = min(rc.train.train_eval_examples, data.train_ids.shape[0])
+    sub = (data.train_ids[:n_sub], data.train_labels[:n_sub])
   placed = devices.replicate((data.train_ids, data.train_labels, data.test_ids,
-                              data.test_labels, data.train_ids[:n_sub],
-                              data.train_labels[:n_sub]), mesh)
+                              data.test_labels, *sub), mesh)
   return _Session(rc, list(seeds), workdir, paths, steps, mesh,
                   devices.shard(train_lib.seed_keys(seeds), mesh),
                   dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
@@ -538,6 +545,7 @@ def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, reco
                       "loss_mean": float(losses.mean()),
                       "loss_std": float(losses.mean(1).std()),
                       "test_accuracy_mean": float(np.mean(test_acc)),
+                      "test_loss_mean": float(np.mean(test_loss)),
                       "train_accuracy_mean": float(np.mean(train_acc))})
     first = False
   return records
@@ -633,6 +641,12 @@ def summarise(session: _Session, records: list, *, t_start: float) -> dict:
       "session_wall_seconds": time.time() - t_start,
       "environment": host_environment(),
   }
+  if rc.task.is_lm:  # bytes are the tokens: nats per token / ln 2 = bits per byte
+    bpb = np.asarray(last["test_loss"]) / np.log(2.0)
+    summary.update({"test_bits_per_byte": bpb.tolist(),
+                    "test_bits_per_byte_mean": float(bpb.mean()),
+                    "test_bits_per_byte_std": float(bpb.std(ddof=1)) if len(bpb) > 1 else 0.0,
+                    "evaluated_on": "validation split, fixed windows"})
   return summary
 
 

@@ -111,7 +111,10 @@ class LabelRule:
 
 
 def label_rule(task: TaskConfig, model_cfg: model_lib.ModelConfig) -> LabelRule:
-  """The paper's rule in faithful mode, the clean rule otherwise."""
+  """The paper's rule in faithful mode, the clean rule otherwise (``lm``: the
+  class is the next token's id)."""
+  if task.is_lm and not model_cfg.per_token:
+    raise ValueError("task 'lm' needs a model with per_token logits")
   if model_cfg.faithful:
     if model_cfg.num_classes <= task.label_max:
       raise ValueError("faithful mode: num_classes must exceed the largest label")
@@ -214,7 +217,9 @@ class Steps:
     """``(correct, summed CE, count)`` over the examples that count: the label
     rule's valid ones, and (if given) only where ``real`` is True."""
     targets, valid = self.rule.targets(labels)
-    w = (valid if real is None else valid & real).astype(jnp.float32)
+    if real is not None:  # one flag per example: every target of it (lm: each token)
+      valid = valid & real.reshape(real.shape + (1,) * (valid.ndim - real.ndim))
+    w = valid.astype(jnp.float32)
     ce = optax.softmax_cross_entropy_with_integer_labels(
         logits, jnp.clip(targets, 0, logits.shape[-1] - 1))
     return ((jnp.argmax(logits, -1) == targets) * w).sum(), (ce * w).sum(), w.sum()
@@ -236,14 +241,38 @@ class Steps:
             "step": state["step"] + 1}, loss
 
   # -- a chunk of steps ------------------------------------------------------
+  def windows(self, key, tokens):
+    """``lm``: one training batch of ``batch_size`` windows drawn from the flat
+    token array ``tokens`` at uniform offsets (``key``): ``(ids, next ids)``,
+    each ``int32 [batch, seq_len]``."""
+    length = self.task_cfg.seq_len
+    starts = jax.random.randint(key, (self.train_cfg.batch_size,), 0,
+                                tokens.shape[0] - length)
+    w = tokens[starts[:, None] + jnp.arange(length + 1)].astype(jnp.int32)
+    return w[:, :-1], w[:, 1:]
+
+  @staticmethod
+  def split_window(ids, labels):
+    """An evaluation batch of ``lm`` windows ``[b, seq_len + 1]``: (inputs,
+    next tokens)."""
+    return ids[:, :-1], ids[:, 1:]
+
   def chunk_one(self, state, seed, train_ids, train_labels, num_steps: int):
     """``num_steps`` steps of one seed, from ``state['step']`` (a ``lax.scan``).
-    Returns (state, losses ``[num_steps]``, each measured before its update)."""
+    Returns (state, losses ``[num_steps]``, each measured before its update).
+    ``lm``: ``train_ids`` is the flat token array and each step's windows come
+    from ``fold_in(order key, step)`` (:meth:`windows`)."""
     key = jax.random.key(seed)
     spe, batch = self.steps_per_epoch, self.train_cfg.batch_size
     n = train_ids.shape[0]
     order_key = jax.random.fold_in(key, 1)
     dropout_root = jax.random.fold_in(key, 2)
+    if self.task_cfg.is_lm:
+      def lm_body(st, _):
+        step = st["step"]
+        ids, nxt = self.windows(jax.random.fold_in(order_key, step), train_ids)
+        return self.train_step(st, ids, nxt, jax.random.fold_in(dropout_root, step))
+      return jax.lax.scan(lm_body, state, None, length=num_steps)
     step0 = state["step"]
     first_epoch = step0 // spe
     num_epochs = num_steps // spe + 2  # epochs a chunk can touch
@@ -325,6 +354,8 @@ class Steps:
 
     def one(args):
       x, y, real, b = args
+      if self.task_cfg.is_lm:
+        x, y = self.split_window(x, y)
       logits = model_lib.apply_model(self.graphdef, params, x, head_mask=head_mask,
                                      freq_mask=freq_mask,
                                      position_key=self.eval_position_key(b))
