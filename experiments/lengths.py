@@ -21,6 +21,15 @@ each learned relative-bias head (symmetric part; offsets beyond the table
 reuse its last entry), and RoPE's ``rope_min_base`` against the run's base. A PE whose
 table cannot reach a
 length (learned absolute positions) is reported as such, never clamped.
+
+A language model (``--task=lm`` run) gets the field's evaluations instead
+(``analysis/language.py``; docs/language.md): bits per byte on disjoint windows
+of the test split at 1, 2, 4, 8 and 16 times the training length (per seed,
+mean and bootstrap CI; ``--tokens`` scored per length), loss against token
+position, the same with every RoPE scaling (``--lm_scalings``; rotary PEs
+only) on the same table and plot, and passkey retrieval against length and
+depth. It writes ``lengths.json``, ``lengths.png``, ``loss_by_position.png``
+and ``passkey.png`` into the workdir.
 """
 from __future__ import annotations
 
@@ -53,6 +62,23 @@ flags.DEFINE_enum("rope_scaling", "none", ["none", *positional.ROPE_SCALINGS],
                   "yarn_turns (as the YaRN paper's equation is written), llama3 (Llama 3.1's "
                   "scaling, low/high frequency factors 1 and 4).")
 flags.DEFINE_string("out", None, "Also draw all workdirs in one figure here.")
+flags.DEFINE_integer("tokens", 32768, "Language models: tokens scored per length and seed "
+                     "(disjoint windows of the test split; fewer if the split is shorter).")
+flags.DEFINE_list("lm_scalings", ["pi", "ntk", "yarn", "llama3"],
+                  "Language models with a rotary PE: the RoPE scalings also evaluated at "
+                  "every length (beside none); empty for none.")
+flags.DEFINE_list("passkey_depths", ["0", "0.25", "0.5", "0.75", "1"],
+                  "Language models: passkey needle depths (0 = start, 1 = end).")
+flags.DEFINE_integer("passkey_trials", 4, "Language models: passkeys per (length, depth); "
+                     "0 skips the passkey test.")
+LM_FACTORS = [1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+def _is_lm(workdir: str) -> bool:
+  """Whether a workdir's run is a language model (its config's task)."""
+  import json
+  with open(os.path.join(workdir, "config.json")) as f:
+    return json.load(f)["run"]["task"]["name"] == "lm"
 
 
 def output_name(rope_scaling: str, shift: int) -> str:
@@ -136,6 +162,107 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
           "shift": shift, "lengths": rows}
 
 
+def evaluate_lm(wd: str, factors, *, tokens: int, scalings, depths, trials: int,
+                log=print) -> dict:
+  """The ``lengths.json`` dict of one language-model workdir (module docstring)."""
+  import jax
+
+  from pe_spectral.analysis import language, stats
+  from pe_spectral.data import tasks
+  from pe_spectral.nn import model as model_lib
+  from pe_spectral.training import runner
+  run = runner.load_run(wd)
+  rc, params = run.rc, run.states["params"]
+  train_len = rc.task.seq_len
+  test = tasks.load_corpus(rc.task.corpus).test
+  rotary = "rotary" in rc.model.encoding.kinds
+  variants = ["none"] + ([s for s in scalings if s != "none"] if rotary else [])
+  graph = lambda cfg: jax.eval_shape(lambda: model_lib.init_model(cfg, jax.random.key(0)))[0]
+  table, by_position = {}, {}
+  for scaling in variants:
+    table[scaling], by_position[scaling] = [], {}
+    for f in factors:
+      n = int(round(f * train_len))
+      t0 = time.time()
+      row = {"factor": f, "seq_len": n}
+      try:
+        windows = language.test_windows(test, n, tokens)
+        cfg = language.eval_model(rc.model, n, train_len, scaling)
+        nll = language.position_nll(graph(cfg), params, windows)
+        bpb = language.bits_per_byte(nll)
+        mean, lo, hi = stats.bootstrap_mean_ci(bpb)
+        row.update(windows=int(windows.shape[0]), bits_per_byte=bpb.tolist(), mean=mean,
+                   ci95=[lo, hi], error=None)
+        by_position[scaling][str(n)] = (nll.mean(0) / language.LN2).round(5).tolist()
+        msg = f"{mean:.3f} [{lo:.3f}, {hi:.3f}] bits/byte on {windows.shape[0]} windows"
+      except ValueError as e:  # beyond a learned table, a split shorter than a window
+        row.update(windows=None, bits_per_byte=None, mean=None, ci95=None,
+                   error=str(e).splitlines()[0])
+        msg = f"not evaluated: {row['error']}"
+      table[scaling].append(row)
+      log(f"[{os.path.relpath(wd)}] {scaling:>6} length {n} ({f:g}x): {msg} "
+          f"({time.time() - t0:.1f} s)")
+  out = {"workdir": os.path.abspath(wd), "step": run.step, "pe": rc.model.pe,
+         "task": rc.task.name, "preset": rc.preset, "seeds": run.config["seeds"],
+         "train_len": train_len, "faithful": False,
+         "corpus": run.config.get("corpus"),
+         "windows": "disjoint windows of the test split, evenly spread; every position "
+                    "scored (position 0 without context)",
+         "bits_per_byte": table, "loss_by_position": by_position}
+  if trials:
+    lengths = [int(round(f * train_len)) for f in factors
+               if f * train_len >= language.passkey_min_length()]
+    out["passkey"] = language.passkey_accuracy(
+        run.steps.graphdef, params, lengths, depths, trials=trials,
+        notify=lambda m: log(f"[{os.path.relpath(wd)}] {m}"))
+  return out
+
+
+def _main_lm(workdirs, log) -> int:
+  """``main`` for language-model workdirs."""
+  from pe_spectral.analysis import plotting
+  from pe_spectral.training import runner
+  factors = (_factors(FLAGS.factors) if FLAGS["factors"].present else LM_FACTORS)
+  if FLAGS.tokens < 1 or FLAGS.passkey_trials < 0:
+    raise ValueError("--tokens must be >= 1 and --passkey_trials >= 0")
+  try:
+    depths = [float(d) for d in FLAGS.passkey_depths]
+  except ValueError:
+    raise ValueError(f"--passkey_depths must be numbers, got "
+                     f"{','.join(FLAGS.passkey_depths)!r}") from None
+  if any(not 0 <= d <= 1 for d in depths):
+    raise ValueError("--passkey_depths must lie in [0, 1]")
+  bad = [s for s in FLAGS.lm_scalings if s not in positional.ROPE_SCALINGS]
+  if bad:
+    raise ValueError(f"--lm_scalings: unknown {', '.join(bad)}; valid: "
+                     f"{', '.join(positional.ROPE_SCALINGS)}")
+  results = []
+  for wd in workdirs:
+    res = evaluate_lm(wd, factors, tokens=FLAGS.tokens, scalings=FLAGS.lm_scalings,
+                      depths=depths, trials=FLAGS.passkey_trials, log=log)
+    runner.write_json(os.path.join(wd, "lengths.json"), res)
+    plotting.bits_per_byte_curves([res], os.path.join(wd, "lengths.png"))
+    plotting.loss_by_position(res, os.path.join(wd, "loss_by_position.png"))
+    if "passkey" in res and res["passkey"]["lengths"]:
+      plotting.passkey_heatmap(res, os.path.join(wd, "passkey.png"))
+    results.append(res)
+  if FLAGS.out:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+    plotting.bits_per_byte_curves(results, FLAGS.out)
+  print(f"{'run (bits per byte)':<40} " + " ".join(f"{f:>7g}x" for f in factors))
+  for res in results:
+    for scaling, rows in res["bits_per_byte"].items():
+      cells = [" " * 5 + "n/a" if r["mean"] is None else f"{r['mean']:8.3f}" for r in rows]
+      name = os.path.relpath(res["workdir"]) + ("" if scaling == "none" else f" +{scaling}")
+      print(f"{name:<40} " + " ".join(cells))
+    if "passkey" in res and res["passkey"]["lengths"]:
+      import numpy as np
+      acc = np.asarray(res["passkey"]["accuracy"]).mean((0, 2))
+      print(f"{'':<40} passkey " + ", ".join(
+          f"{n}: {100 * a:.0f}%" for n, a in zip(res["passkey"]["lengths"], acc)))
+  return 0
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -148,6 +275,19 @@ def main(argv):
   if err is not None:
     print(f"error: {err}", file=sys.stderr)
     return 2
+  kinds = {_is_lm(wd) for wd in FLAGS.workdir}
+  if len(kinds) > 1:
+    print("error: --workdir mixes language models and classifiers; evaluate them apart",
+          file=sys.stderr)
+    return 2
+  if kinds == {True}:
+    from pe_spectral.training import runner
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    try:
+      return _main_lm(FLAGS.workdir, log)
+    except (ValueError, runner.CheckpointError) as e:
+      print(f"error: {cli.error_line(e)}", file=sys.stderr)
+      return 2
   try:
     factors = _factors(FLAGS.factors)
   except ValueError as e:

@@ -265,3 +265,95 @@ def test_the_sweep_refuses_a_missing_corpus_in_one_line(tmp_path):
   assert out.stderr.strip().splitlines() == [
       f"error: --data: corpus '{tmp_path}/nowhere': no such file or directory"]
   assert not os.path.exists(tmp_path / "w")
+
+
+# -- the evaluations -----------------------------------------------------------
+
+def test_position_nll_is_the_float64_cross_entropy_at_every_position(trained):
+  """analysis.language at 2x the training length, with and without YaRN on a
+  rotary model: each position's mean NLL equals a float64 numpy loop over the
+  model's own logits."""
+  from pe_spectral.analysis import language
+  rc, _, _ = trained
+  rc = config.build("smoke", "lm", "rope", data=rc.task.corpus)
+  _, params = jax.vmap(lambda k: M.init_model(rc.model, k))(
+      jax.random.split(jax.random.key(5), 2))
+  c = tasks.load_corpus(rc.task.corpus)
+  n = 2 * rc.task.seq_len
+  windows = language.test_windows(c.test, n, 3 * n)
+  assert windows.shape == (3, n + 1)
+  for scaling in ("none", "yarn"):
+    cfg = language.eval_model(rc.model, n, rc.task.seq_len, scaling)
+    graphdef = jax.eval_shape(lambda: M.init_model(cfg, jax.random.key(0)))[0]
+    got = language.position_nll(graphdef, params, windows, max_batch_tokens=2 * n)
+    for seed in range(2):
+      p = jax.tree.map(lambda x: x[seed], params)
+      logits = np.asarray(M.apply_model(graphdef, p, jnp.asarray(windows[:, :-1])), np.float64)
+      z = logits - logits.max(-1, keepdims=True)
+      logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+      want = -np.take_along_axis(logp, windows[:, 1:, None], -1)[..., 0].mean(0)
+      np.testing.assert_allclose(got[seed], want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(language.bits_per_byte(got), got.mean(-1) / np.log(2))
+
+
+def test_a_passkey_prompt_is_exactly_as_long_as_asked_with_the_needle_at_its_depth():
+  from pe_spectral.analysis import language
+  shortest = language.passkey_min_length()
+  for n in (shortest, 300, 1000):
+    for depth in (0.0, 0.5, 1.0):
+      ids, answer = language.passkey_prompt(n, depth, "40718")
+      text = corpus.decode(ids)
+      assert ids.shape == (n,) and answer == "40718"
+      assert text.startswith(language.PASSKEY_INTRO)
+      assert text.endswith("What is the pass key? The pass key is ")
+      at = text.index("The pass key is 40718.")
+      room = n - shortest
+      assert at == len(language.PASSKEY_INTRO) + int(round(depth * room))
+  with pytest.raises(ValueError, match="at least"):
+    language.passkey_prompt(shortest - 1, 0.5, "12345")
+
+
+def test_passkey_scoring_takes_only_the_exact_digits():
+  from pe_spectral.analysis import language
+  said = np.stack([corpus.encode("40718"), corpus.encode("40719"), corpus.encode("4071.")])
+  np.testing.assert_array_equal(
+      language.score_passkey(said[None], ["40718", "40718", "40718"]), [[1.0, 0.0, 0.0]])
+
+
+def test_greedy_continuation_is_the_unjitted_argmax_loop(trained):
+  from pe_spectral.analysis import language
+  rc, wd, _ = trained
+  run = runner.load_run(wd, lambda m: None)
+  prompts = np.asarray(run.data.test_ids[:2, :-1])
+  got = language.greedy_continuation(run.steps.graphdef, run.states["params"], prompts, 3)
+  for seed in range(2):
+    p = jax.tree.map(lambda x: x[seed], run.states["params"])
+    ids = prompts.copy()
+    for t in range(3):
+      logits = np.asarray(M.apply_model(run.steps.graphdef, p, jnp.asarray(ids)))
+      nxt = logits[:, -1].argmax(-1)
+      np.testing.assert_array_equal(got[seed, :, t], nxt)
+      ids = np.concatenate([ids[:, 1:], nxt[:, None]], 1)
+
+
+def test_the_lengths_program_writes_the_language_evaluations(trained, tmp_path):
+  """experiments.lengths on an lm run: bits per byte per length and seed (the
+  1x row from its own test windows), loss by position, passkey, figures."""
+  _, wd, _ = trained
+  copy = str(tmp_path / "run")
+  shutil.copytree(wd, copy)
+  out = subprocess.run([sys.executable, "-m", "experiments.lengths", f"--workdir={copy}",
+                        "--factors=1,2", "--tokens=256", "--passkey_trials=1",
+                        "--passkey_depths=0,1"],
+                       cwd=ROOT, capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr
+  with open(os.path.join(copy, "lengths.json")) as f:
+    res = json.load(f)
+  rows = res["bits_per_byte"]["none"]
+  assert [r["seq_len"] for r in rows] == [32, 64]
+  assert all(len(r["bits_per_byte"]) == 2 for r in rows)
+  assert list(res["bits_per_byte"]) == ["none"]  # alibi: no RoPE scaling
+  assert len(res["loss_by_position"]["none"]["64"]) == 64
+  assert res["passkey"]["lengths"] == []  # a passkey prompt needs 244 bytes or more
+  for name in ("lengths.png", "loss_by_position.png"):
+    assert os.path.getsize(os.path.join(copy, name)) > 0

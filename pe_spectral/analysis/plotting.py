@@ -440,3 +440,87 @@ def frequency_heatmaps(drop, frequencies, deposit_head, seeds, path: str,
   fig.suptitle(title, fontsize=9)
   fig.savefig(path, bbox_inches="tight")
   plt.close(fig)
+
+
+def _lm_label(res: dict, scaling: str) -> str:
+  return res["pe"] + ("" if scaling == "none" else f" + {scaling}")
+
+
+def bits_per_byte_curves(results: list[dict], path: str, title: str = "") -> None:
+  """Bits per byte on the test split against the evaluation length (multiples
+  of the training length, log scale): mean over seeds with its bootstrap CI
+  band, one line per run and RoPE scaling (``experiments.lengths`` on ``lm``
+  runs); lengths a run cannot reach are left out."""
+  fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  styles = ["o-", "s--", "^-.", "v:", "d-", "x--"]
+  line = 0
+  for i, res in enumerate(results):
+    for j, (scaling, rows) in enumerate(res["bits_per_byte"].items()):
+      rows = [r for r in rows if r["mean"] is not None]
+      if not rows:
+        continue
+      x = [r["factor"] for r in rows]
+      c = colors[line % len(colors)] if len(results) == 1 else colors[i % len(colors)]
+      ax.plot(x, [r["mean"] for r in rows], styles[j % len(styles)], color=c,
+              label=f"{_lm_label(res, scaling)} (n={len(res['seeds'])})")
+      ax.fill_between(x, [r["ci95"][0] for r in rows], [r["ci95"][1] for r in rows],
+                      color=c, alpha=0.15, lw=0)
+      line += 1
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel("evaluation length / training length")
+  ax.set_ylabel("bits per byte (test split)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  if results:
+    r0 = results[0]
+    ax.set_title(title or f"trained at {r0['train_len']} bytes; disjoint test windows "
+                 "(mean, 95% bootstrap CI over seeds)", fontsize=9)
+  save_figure(fig, path, dpi=110)
+
+
+def loss_by_position(res: dict, path: str, title: str = "", bins: int = 64) -> None:
+  """Loss (bits) against token position at the longest evaluated length, one
+  line per RoPE scaling (mean over seeds, averaged in ``bins`` equal position
+  bins); the training length is marked."""
+  fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  longest = None
+  for scaling, curves in res["loss_by_position"].items():
+    if not curves:
+      continue
+    n = max(int(k) for k in curves)
+    longest = n if longest is None else max(longest, n)
+    y = np.asarray(curves[str(n)], float)
+    edges = np.linspace(0, y.size, min(bins, y.size) + 1).astype(int)
+    xs = [(a + b - 1) / 2 for a, b in zip(edges[:-1], edges[1:])]
+    ys = [y[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
+    ax.plot(xs, ys, label=_lm_label(res, scaling) + f" at {n}")
+  ax.axvline(res["train_len"], color="k", lw=0.8, ls=":", label="training length")
+  ax.set_xlabel("token position")
+  ax.set_ylabel("loss (bits per byte)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  ax.set_title(title or f"{res['pe']}: loss against position (mean over "
+               f"{len(res['seeds'])} seeds)", fontsize=9)
+  save_figure(fig, path, dpi=110)
+
+
+def passkey_heatmap(res: dict, path: str, title: str = "") -> None:
+  """Passkey accuracy (mean over seeds and keys) against prompt length and
+  needle depth."""
+  p = res["passkey"]
+  acc = 100 * np.asarray(p["accuracy"], float).mean(0)  # [lengths, depths]
+  fig, ax = plt.subplots(figsize=(5.2, 3.6))
+  im = ax.imshow(acc.T, origin="lower", aspect="auto", vmin=0, vmax=100, cmap="viridis")
+  ax.set_xticks(range(len(p["lengths"])), [str(n) for n in p["lengths"]])
+  ax.set_yticks(range(len(p["depths"])), [f"{d:g}" for d in p["depths"]])
+  for i in range(acc.shape[0]):
+    for j in range(acc.shape[1]):
+      ax.text(i, j, f"{acc[i, j]:.0f}", ha="center", va="center", fontsize=7,
+              color="w" if acc[i, j] < 60 else "k")
+  ax.set_xlabel("prompt length (bytes)")
+  ax.set_ylabel("needle depth")
+  fig.colorbar(im, ax=ax, label="accuracy (%)")
+  ax.set_title(title or f"{res['pe']}: passkey retrieval, greedy ({len(res['seeds'])} seeds x "
+               f"{len(p['keys'])} keys)", fontsize=9)
+  save_figure(fig, path, dpi=110)
