@@ -163,7 +163,10 @@ def analyse(wd: str) -> int:
     return 2
   config, rc, steps, states, data, step, mesh = loaded
   ids, labels = data.test_ids, data.test_labels
-  if FLAGS.split == "all":
+  if FLAGS.split == "all" and rc.task.is_lm:  # a language model: its fixed windows of both
+    ids = jnp.concatenate([data.train_eval_ids, data.test_ids])
+    labels = jnp.zeros((ids.shape[0],), jnp.int32)
+  elif FLAGS.split == "all":
     ids = jnp.concatenate([data.train_ids, data.test_ids])
     labels = jnp.concatenate([data.train_labels, data.test_labels])
   if FLAGS.examples is not None:

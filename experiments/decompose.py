@@ -57,6 +57,8 @@ def analyse(wd: str) -> int:
     print(f"error: {cli.error_line(e)}", file=sys.stderr)
     return 2
   ids = data.test_ids[:FLAGS.examples]
+  if rc.task.is_lm:  # a language model's windows: the tokens it reads
+    ids = ids[:, :-1]
   if ids.shape[0] < FLAGS.examples:
     print(f"note: --examples={FLAGS.examples}, but {wd}'s test split has "
           f"{ids.shape[0]} examples: decomposing all {ids.shape[0]}", file=sys.stderr,

@@ -101,6 +101,8 @@ def _shared_accuracies(steps, p, ids, labels, layer_masks, chunk, kind):
 
   def one(args):
     x, y, real, b = args
+    if steps.task_cfg.is_lm:  # windows: the inputs and their next tokens
+      x, y = steps.split_window(x, y)
     # the compute dtype of evaluate_params (the masked path), so both agree
     model = model_lib.merge_for_compute(steps.graphdef, p)
     hits = lambda logits: steps.score(logits, y, real)[0]

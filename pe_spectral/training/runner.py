@@ -446,6 +446,8 @@ class SpectraRecorder(JsonlRecorder):
 
   def open(self, session):
     self.probe_ids = session.arrays["test_ids"][:self.num]
+    if session.rc.task.is_lm:  # a language model's windows: the tokens it reads
+      self.probe_ids = self.probe_ids[:, :-1]
 
   def row(self, ev):
     return _spectra_record(ev.session.steps, ev.states, self.probe_ids, ev.step)
@@ -479,7 +481,11 @@ class CurvatureRecorder(JsonlRecorder):
 
   def open(self, session):
     arr = session.arrays
-    self.ids, self.labels = arr["train_ids"][:self.num], arr["train_labels"][:self.num]
+    if session.rc.task.is_lm:  # fixed training windows: inputs and their next tokens
+      w = arr["sub_ids"][:self.num]
+      self.ids, self.labels = w[:, :-1], w[:, 1:]
+    else:
+      self.ids, self.labels = arr["train_ids"][:self.num], arr["train_labels"][:self.num]
 
   def row(self, ev):
     return _curvature_record(ev.session.steps, ev.states, self.ids, self.labels, ev.step)
@@ -695,7 +701,8 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   data = tasks.generate(rc.task)
   seeds = config["seeds"]
   mesh = seed_mesh(len(seeds))
-  steps = make_steps(rc.model, rc.task, rc.train, data.train_ids.shape[0],
+  num_train = rc.task.num_train if rc.task.is_lm else data.train_ids.shape[0]
+  steps = make_steps(rc.model, rc.task, rc.train, num_train,
                      seed_group=seed_group if mesh is None else None)
   if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
     raise CheckpointError(f"no checkpoint under {workdir}/ckpt")
