@@ -471,7 +471,8 @@ def main(argv):
     for tag, s in lm:
       per = " ".join(f"{b:.3f}" for b in s["test_bits_per_byte"])
       print(f"{tag:<34} {s['test_bits_per_byte_mean']:>12.3f} ± "
-            f"{s['test_bits_per_byte_std']:<7.3f}  {per}")
+            f"{s['test_bits_per_byte_std']:<7.3f}  {per}  (unigram "
+            f"{s['unigram_bits_per_byte']:.3f})")
     print("next: python -m experiments.lengths --workdir=<run> (bits per byte at longer "
           "contexts, loss against position)")
     return 0

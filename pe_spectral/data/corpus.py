@@ -98,11 +98,19 @@ class Corpus:
       raise CorpusError(f"no split {name!r}; the splits are {', '.join(SPLITS)}")
     return getattr(self, name)
 
+  def unigram_bits_per_byte(self, split: str = "test") -> float:
+    """The baseline a model must beat: the cross-entropy (bits) on ``split``
+    of the training split's byte frequencies (add-one smoothed)."""
+    p = np.bincount(self.train, minlength=BYTE_VOCAB)[1:].astype(np.float64) + 1.0
+    q = np.bincount(self.split(split), minlength=BYTE_VOCAB)[1:].astype(np.float64)
+    return float(-(q / q.sum() * np.log2(p / p.sum())).sum())
+
   def record(self) -> dict:
     """What a run records of its corpus (``config.json``'s ``corpus``)."""
     return {"source": self.source, "files": sum(self.files.values()),
             "bytes": int(sum(getattr(self, s).size for s in SPLITS)),
             "sha256": self.sha256,
+            "unigram_bits_per_byte": round(self.unigram_bits_per_byte(), 4),
             "splits": {s: {"files": self.files[s], "bytes": int(getattr(self, s).size)}
                        for s in SPLITS}}
 
@@ -221,5 +229,6 @@ def load(spec: Optional[str] = None, *, valid_frac: float = 0.05, test_frac: flo
                   digest.hexdigest())
   rec = corpus.record()
   notify(f"corpus {source}: {rec['files']} documents, {rec['bytes'] / 1e6:.2f} MB "
-         f"(train {files['train']}, valid {files['valid']}, test {files['test']})")
+         f"(train {files['train']}, valid {files['valid']}, test {files['test']}); unigram "
+         f"{rec['unigram_bits_per_byte']:.3f} bits/byte")
   return corpus

@@ -652,7 +652,9 @@ def summarise(session: _Session, records: list, *, t_start: float) -> dict:
     summary.update({"test_bits_per_byte": bpb.tolist(),
                     "test_bits_per_byte_mean": float(bpb.mean()),
                     "test_bits_per_byte_std": float(bpb.std(ddof=1)) if len(bpb) > 1 else 0.0,
-                    "evaluated_on": "validation split, fixed windows"})
+                    "evaluated_on": "validation split, fixed windows",
+                    "unigram_bits_per_byte": tasks.load_corpus(
+                        rc.task.corpus).unigram_bits_per_byte("valid")})
   return summary
 
 
