@@ -12,7 +12,7 @@ SCRIPTS = ["launch/local.sh", "launch/gpu.sh", "launch/tpu_vm.sh", "launch/slurm
     f"{STUDY}/launch/{name}" for name in (
         "study_gpu.sh", "reproduce_cpu.sh", "reproduce_paper.sh", "lengths_cpu.sh",
         "thesis_cpu.sh", "task2_cpu.sh", "study_cpu.sh", "gpu_decide.sh")] + [
-    "studies/ruoss_2023/launch/zoo_cpu.sh"]
+    "studies/ruoss_2023/launch/zoo_cpu.sh", "studies/lm_stdlib/launch/lm_cpu.sh"]
 
 
 def _copy_launch_trees(root):
@@ -383,3 +383,20 @@ def test_ruoss_zoo_dry_run_is_the_registered_design():
   q3 = [line.split("--workdir=")[1] for line in lines
         if "experiments.ablate" in line or "experiments.decompose" in line]
   assert q3 == ["runs/ruoss_2023/even_pairs/nope"] * 2 + ["runs/ruoss_2023/even_pairs/rope"] * 2
+
+
+def test_lm_study_dry_run_is_the_registered_design():
+  """studies/lm_stdlib/study.md: ten PEs x 5 seeds of --task=lm at the cpu
+  preset, each with the length tool (its defaults: 1-16x, RoPE's scalings),
+  the decomposition and the head ablation."""
+  out = _run("studies/lm_stdlib/launch/lm_cpu.sh", "--dry_run", FORCE="1")
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  sweeps = [line for line in lines if "experiments.sweep" in line]
+  pes = [line.split("--pe=")[1].split()[0] for line in sweeps]
+  assert pes == ["nope", "sinusoidal", "learned", "alibi", "rope", "fire", "kerple_log",
+                 "pope", "alibi_data", "carope"]
+  assert all("--task=lm --preset=cpu" in line and "--seeds=5" in line for line in sweeps)
+  for tool in ("lengths", "decompose", "ablate"):
+    assert sum(f"experiments.{tool} " in line for line in lines) == 10, tool
+  assert _run("studies/lm_stdlib/launch/lm_cpu.sh", "--bad").returncode != 0
