@@ -53,3 +53,18 @@ def test_training_example_runs_and_lowers_the_loss():
   assert losses.size == 30 and np.all(np.isfinite(losses))
   first, last = (losses[:, 0], losses[:, -1]) if losses.shape[0] == 3 else (losses[0], losses[-1])
   assert np.all(last < first)
+
+
+def test_the_readme_counts_and_lists_every_registered_pe():
+  """The README's "registry of N PEs" and its PE table name exactly the
+  registry's PEs (a new PE that is not listed, or a count that is stale, fails)."""
+  from pe_spectral.pe import encodings
+  text = open(os.path.join(ROOT, "README.md")).read()
+  count = int(re.search(r"a registry of (\d+) PEs", text).group(1))
+  table = text[text.index("## Positional encodings"):]
+  table = table[:table.index("\n\n", table.index("| `--pe`"))]
+  listed = set(re.findall(r"^\| `([a-z0-9_]+)`", table, re.M))
+  for row in re.findall(r"^\| `([a-z0-9_]+)`, `([a-z0-9_]+)` \|", table, re.M):
+    listed.update(row)
+  assert listed == set(encodings.names())
+  assert count == len(encodings.names())
