@@ -1,0 +1,105 @@
+"""Which XLA:CPU settings change training speed on this machine, side by side in
+one run: the one-seed ``cpu``-preset training throughput (``benchmarks.run``'s
+row: RoPE, batch 128, best of 3 chunks of 10 steps) under each setting, each in
+its own subprocess (XLA reads ``XLA_FLAGS`` once, at start-up; an unknown flag
+aborts that subprocess only, and the row says so).
+
+  python -m benchmarks.xla_flags                       # the default candidates (~6 min)
+  python -m benchmarks.xla_flags --settings=base,onednn,base   # a setting twice: the noise
+
+Every setting starts from the project's own (``runtime/xla_config.py``), whose
+flags ``base`` keeps unchanged; ``ynn_on`` drops the project's YNN setting.
+Settings that change float results (fast math) are not candidates for a
+default: the project's speed layer must keep training bit-identical.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+# name -> (flags added to the project's, whether the project's YNN flag is dropped)
+SETTINGS = {
+    "base": ("", False),
+    "ynn_on": ("", True),
+    "onednn": ("--xla_cpu_use_onednn=true", False),
+    "no_xnnpack": ("--xla_cpu_use_xnnpack=false", False),
+    "eigen_1_thread": ("--xla_cpu_multi_thread_eigen=false", False),
+    "vector_512": ("--xla_cpu_prefer_vector_width=512", False),
+    "multi_output_fusion": ("--xla_cpu_use_multi_output_fusion=true", False),
+    "concurrency_scheduler": ("--xla_cpu_enable_concurrency_optimized_scheduler=true", False),
+    "no_thunk_runtime": ("--xla_cpu_use_thunk_runtime=false", False),
+    "fast_math (changes numbers)": ("--xla_cpu_enable_fast_math=true", False),
+}
+flags.DEFINE_list("settings", list(SETTINGS), "Settings to compare (names above).")
+flags.DEFINE_integer("steps", 10, "Timed steps per chunk (cpu preset, one seed, batch 128).")
+flags.DEFINE_string("out", "benchmarks/out/xla_flags.json", "JSON output.")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(name: str) -> dict:
+  extra, ynn_on = SETTINGS[name]
+  env = dict(os.environ)
+  if ynn_on:
+    env["PE_SPECTRAL_XLA_TUNING"] = "0"
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + extra).strip()
+  return env
+
+
+def _train(name: str, steps: int, log) -> dict:
+  out = os.path.join(tempfile.mkdtemp(prefix="xlaflags-"), "run.json")
+  cmd = [sys.executable, "-m", "benchmarks.run", "--presets=cpu", "--pes=rope",
+         "--seeds=1", "--torch=false", "--ablation=false", "--seed_groups=",
+         "--overhead_batches=", "--small_batch=0", "--attention_impls=",
+         f"--steps={steps}", f"--out={out}"]
+  t = time.time()
+  res = subprocess.run(cmd, cwd=_ROOT, env=_env(name), capture_output=True, text=True)
+  if res.returncode != 0:
+    last = (res.stderr.strip().splitlines() or ["?"])[-1]
+    log(f"[{name}] failed: {last[:200]}")
+    return {"error": last[:500]}
+  with open(out) as f:
+    r = json.load(f)
+  row = r["train"]["cpu/rope"]["1 seed"]
+  log(f"[{name}] {row['seed_examples_per_s']:.1f} seed-examples/s, MFU {100 * row['mfu']:.1f} % "
+      f"({time.time() - t:.0f} s)")
+  return {"seed_examples_per_s": row["seed_examples_per_s"], "mfu": row["mfu"],
+          "matmul_peak_gflops": r["matmul_peak_gflops"], "xla_flags": r.get("xla_flags")}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  bad = [s for s in FLAGS.settings if s not in SETTINGS]
+  if bad:
+    raise app.UsageError(f"--settings: unknown {bad}; known: {', '.join(SETTINGS)}")
+  log = lambda m: print(m, flush=True)
+  res = {"date": time.strftime("%Y-%m-%d"), "settings": {}}
+  for i, name in enumerate(FLAGS.settings):
+    label = name if FLAGS.settings[:i].count(name) == 0 else \
+        f"{name} #{FLAGS.settings[:i].count(name) + 1}"
+    res["settings"][label] = {"flags": SETTINGS[name][0], "ynn_on": SETTINGS[name][1],
+                              **_train(name, FLAGS.steps, log)}
+  base = res["settings"].get("base", {}).get("seed_examples_per_s")
+  log(f"\n{'setting':<30} {'seed-ex/s':>10} {'MFU':>6} {'vs base':>8}")
+  for label, r in res["settings"].items():
+    if "error" in r:
+      log(f"{label:<30} {'failed':>10}")
+      continue
+    ratio = f"{r['seed_examples_per_s'] / base:.2f}" if base else "-"
+    log(f"{label:<30} {r['seed_examples_per_s']:>10.1f} {100 * r['mfu']:>5.1f}% {ratio:>8}")
+  os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
+  with open(FLAGS.out, "w") as f:
+    json.dump(res, f, indent=1)
+  log(f"wrote {FLAGS.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)
