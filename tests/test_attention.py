@@ -142,6 +142,23 @@ def test_linear_bias_gradient_matches_nnx_linear():
   np.testing.assert_allclose(g, jnp.cos(ys + 1.0).sum(1), rtol=1e-5)
 
 
+@pytest.mark.parametrize("d_in,d_out", [(5, 3), (3, 5)])
+def test_matmul_gradient_is_the_float64_product_in_either_orientation(d_in, d_out):
+  """attention.matmul's hand-written kernel gradient (it transposes the smaller
+  operand: x^T dy when d_in <= d_out, else (dy^T x)^T) against float64 numpy,
+  alone and under vmap over a leading (seed) axis; the forward is x @ kernel."""
+  from pe_spectral.nn.attention import matmul
+  x = jax.random.normal(jax.random.key(1), (2, 4, 6, d_in))
+  k = jax.random.normal(jax.random.key(2), (2, d_in, d_out))
+  w = jax.random.normal(jax.random.key(3), (2, 4, 6, d_out))
+  loss = lambda x, k, w: jnp.sum(w * matmul(x, k))
+  np.testing.assert_array_equal(matmul(x[0], k[0]), x[0] @ k[0])
+  dx, dk = jax.vmap(jax.grad(loss, argnums=(0, 1)))(x, k, w)
+  x64, k64, w64 = (np.asarray(a, np.float64) for a in (x, k, w))
+  np.testing.assert_allclose(dk, np.einsum("sbni,sbno->sio", x64, w64), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dx, np.einsum("sbno,sio->sbni", w64, k64), rtol=1e-5, atol=1e-5)
+
+
 def test_speed_layer_matches_reference_path_and_reference_supports_jvp():
   """The one switch (pe_spectral.runtime.speed): the whole model's training loss and
   gradient with the speed layer (custom VJPs, fast dropout bits) equal the

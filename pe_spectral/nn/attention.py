@@ -492,17 +492,52 @@ def _add_bias_bwd(_, d_y):
 _add_bias_fast.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 
+def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+  """``x @ kernel`` over the last axis of ``x``. With the speed layer on the
+  kernel's gradient transposes the smaller of its two operands: XLA:CPU
+  materialises the transpose of one operand of a weight-gradient dot, and left
+  to itself it picked the larger (the ``[tokens, d_ff]`` gradient of the first
+  feed-forward layer: 2 x 11.7 ms of a 140 ms ``lm`` step; benchmarks/README.md)."""
+  return _matmul_fast(x, kernel) if speed.enabled() else x @ kernel
+
+
+@jax.custom_vjp
+def _matmul_fast(x, kernel):
+  return x @ kernel
+
+
+def _matmul_fwd(x, kernel):
+  return x @ kernel, (x, kernel)
+
+
+def _matmul_bwd(res, d_y):
+  x, kernel = res
+  rows, d_rows = x.reshape(-1, x.shape[-1]), d_y.reshape(-1, d_y.shape[-1])
+  d_x = d_y @ kernel.T
+  if rows.shape[1] <= d_rows.shape[1]:  # [in, out] = x^T dy, x^T the smaller copy
+    d_k = jax.lax.optimization_barrier(rows.T) @ d_rows
+  else:  # [out, in] = dy^T x, dy^T the smaller copy, then the small result turned
+    d_k = (jax.lax.optimization_barrier(d_rows.T) @ rows).T
+  return d_x, d_k
+
+
+_matmul_fast.defvjp(_matmul_fwd, _matmul_bwd)
+
+
 class Linear(nnx.Linear):
   """``nnx.Linear`` (same parameters, same forward) whose bias is added by
-  :func:`add_bias`."""
+  :func:`add_bias` and whose product is :func:`matmul`."""
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
+    inputs, kernel = self.promote_dtype((inputs, self.kernel[...]), dtype=self.dtype)
+    if self.precision is not None or self.dot_general is not jax.lax.dot_general:
+      y = self.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())),
+                           precision=self.precision)
+    else:
+      y = matmul(inputs, kernel)
     if self.bias is None:
-      return super().__call__(inputs)
-    inputs, kernel, bias = self.promote_dtype(
-        (inputs, self.kernel[...], self.bias[...]), dtype=self.dtype)
-    y = self.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())),
-                         precision=self.precision)
+      return y
+    (bias,) = self.promote_dtype((self.bias[...],), dtype=self.dtype)
     return add_bias(y, bias)
 
 
