@@ -32,6 +32,7 @@ SETTINGS = {
     "no_xnnpack": ("--xla_cpu_use_xnnpack=false", False),
     "eigen_1_thread": ("--xla_cpu_multi_thread_eigen=false", False),
     "vector_512": ("--xla_cpu_prefer_vector_width=512", False),
+    "onednn+vector_512": ("--xla_cpu_use_onednn=true --xla_cpu_prefer_vector_width=512", False),
     "multi_output_fusion": ("--xla_cpu_use_multi_output_fusion=true", False),
     "concurrency_scheduler": ("--xla_cpu_enable_concurrency_optimized_scheduler=true", False),
     "no_thunk_runtime": ("--xla_cpu_use_thunk_runtime=false", False),
