@@ -65,6 +65,7 @@ def analyse(wd: str) -> int:
           flush=True)
   summ = decompose.summarize(steps.graphdef, states["params"], ids, rc.model.num_layers)
   ratio = np.stack([devices.fetch(s["contraction_ratio"]) for s in summ], 2)  # [S, B, L, H]
+  widening = np.stack([devices.fetch(s["widening_ratio"]) for s in summ], 2)
   stable = np.stack([devices.fetch(s["measures"]["stable_rank"]) for s in summ], 2)
   spread = np.stack([devices.fetch(s["measures"]["spread"]) for s in summ], 2)
   defect = np.stack([devices.fetch(s["measures"]["toeplitz_defect"]) for s in summ], 2)
@@ -98,6 +99,8 @@ def analyse(wd: str) -> int:
       "task": rc.task.name, "faithful": rc.model.faithful, "seeds": config["seeds"],
       "examples": int(ids.shape[0]),
       "contraction_ratio_median": np.median(ratio, axis=1).tolist(),  # [S, L, H]
+      # spread(S(L)) / spread(S(L - B)) per example: what an additive bias does
+      "widening_ratio_median": np.median(widening, axis=1).tolist(),  # [S, L, H]
       "stable_rank_median": np.median(stable, axis=1).tolist(),
       "spread_median": np.median(spread, axis=1).tolist(),
       "toeplitz_defect_median": np.median(defect, axis=1).tolist(),
