@@ -173,7 +173,8 @@ def render(runs: dict) -> str:
             "Test split, disjoint windows; mean over seeds (95 % bootstrap CI in lengths.json). "
             f"Verdict per length: *flat* if the CI of the per-seed length ratio lies below "
             f"+{FLAT_MARGIN} bits per byte.", "",
-            "| PE | 1x | 2x | 4x | 8x | 16x | " + " | ".join(f"{f:g}x" for f in FACTORS) + " |",
+            "| PE | 1x | 2x | 4x | 8x | 16x | " + " | ".join(f"flat to {f:g}x?" for f in FACTORS)
+            + " |",
             "|---" * (6 + len(FACTORS)) + "|"]
   for pe in PES:
     if pe not in runs or "lengths" not in runs[pe]:
