@@ -100,7 +100,7 @@ _OWN_KNOB = {"distance": "side_max", "count": "count_max"}
 
 
 @pytest.mark.parametrize("task", tasks.TASKS)
-def test_task_records_only_its_own_generator_fields(task):
+def test_task_records_only_its_own_generator_fields(task, tmp_path):
   """A task's record has its own generator fields and no other task's; the
   others' fields do not change its data, its own do."""
   cfg = configs.task_config("smoke", task)
@@ -109,12 +109,19 @@ def test_task_records_only_its_own_generator_fields(task):
   own = set(tasks.TASK_FIELDS[task])
   other = {f for fields in tasks.TASK_FIELDS.values() for f in fields} - own
   assert not other & set(d) and own <= set(d)
+  # a corpus of its own (the lm task's knob; any other task must ignore it)
+  for i in range(60):
+    (tmp_path / f"doc{i}.txt").write_text(f"document {i}\n" * 40)
+  moved = lambda f: str(tmp_path) if f == "corpus" else getattr(cfg, f) + 1
   base = tasks.generate(cfg)
   again = tasks.generate(tasks.TaskConfig(**d))
-  changed = tasks.generate(cfg.replace(**{f: getattr(cfg, f) + 1 for f in other}))
-  knob = _OWN_KNOB.get(task, "min_len")  # the string tasks: their length range
-  step = -1 if task in _OWN_KNOB else 1
-  mine = tasks.generate(cfg.replace(**{knob: getattr(cfg, knob) + step}))
+  changed = tasks.generate(cfg.replace(**{f: moved(f) for f in other}))
+  if task == "lm":  # its data is the corpus it reads
+    mine = tasks.generate(cfg.replace(corpus=str(tmp_path)))
+  else:
+    knob = _OWN_KNOB.get(task, "min_len")  # the string tasks: their length range
+    step = -1 if task in _OWN_KNOB else 1
+    mine = tasks.generate(cfg.replace(**{knob: getattr(cfg, knob) + step}))
   for d2 in (again, changed):
     np.testing.assert_array_equal(d2.train_ids, base.train_ids)
     np.testing.assert_array_equal(d2.train_labels, base.train_labels)
