@@ -39,6 +39,23 @@ def _jaxpr_flops(jaxpr) -> float:
   return sum(_eqn_flops(e) for e in jaxpr.eqns)
 
 
+def timed(fn):
+  """``(seconds, result)`` of ``fn()``, the result waited for."""
+  import time
+  t = time.perf_counter()
+  out = jax.block_until_ready(fn())
+  return time.perf_counter() - t, out
+
+
+def matmul_peak(n=2048, reps=5) -> float:
+  """GFLOP/s of a float32 ``n x n`` matmul on this machine, best of ``reps``:
+  the MFU denominator."""
+  a = jax.random.normal(jax.random.key(0), (n, n))
+  f = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(f(a))
+  return 2 * n ** 3 / min(timed(lambda: f(a))[0] for _ in range(reps)) / 1e9
+
+
 def matmul_flops(fn, *args, **kwargs) -> float:
   """Matmul FLOPs of one call ``fn(*args, **kwargs)`` (see module docstring)."""
   return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs))

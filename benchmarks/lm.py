@@ -40,7 +40,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks.flops import matmul_flops  # noqa: E402
+from benchmarks.flops import matmul_flops, matmul_peak, timed  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "cpu", "Preset of the lm task (cpu: lm_cpu, paper: lm_gpu).")
@@ -51,20 +51,6 @@ flags.DEFINE_integer("seeds", 8, "Seeds of the multi-seed rows.")
 flags.DEFINE_integer("threads", 2, "PyTorch intra-op threads.")
 flags.DEFINE_bool("torch", True, "Time the PyTorch eager step (needs torch).")
 flags.DEFINE_string("out", "benchmarks/out/lm.json", "JSON output.")
-
-
-def _timed(fn):
-  t = time.perf_counter()
-  out = jax.block_until_ready(fn())
-  return time.perf_counter() - t, out
-
-
-def matmul_peak(n=2048, reps=5) -> float:
-  """GFLOP/s of a float32 ``n x n`` matmul, best of ``reps``."""
-  a = jax.random.normal(jax.random.key(0), (n, n))
-  f = jax.jit(lambda x: x @ x)
-  jax.block_until_ready(f(a))
-  return 2 * n ** 3 / min(_timed(lambda: f(a))[0] for _ in range(reps)) / 1e9
 
 
 def jax_rows(rc, seeds: int, steps: int, reps: int, peak: float, log) -> dict:
@@ -85,11 +71,11 @@ def jax_rows(rc, seeds: int, steps: int, reps: int, peak: float, log) -> dict:
     keys = train.seed_keys(list(range(n_seeds)))
     chunk = train.jit_chunk(tr)
     states = jax.block_until_ready(train.jit_init(tr)(keys))
-    t_first, (states, _) = _timed(lambda: chunk(states, keys, data.train_ids,
+    t_first, (states, _) = timed(lambda: chunk(states, keys, data.train_ids,
                                                 data.train_labels, num_steps=steps))
     best = float("inf")
     for _ in range(reps):
-      dt, (states, _) = _timed(lambda: chunk(states, keys, data.train_ids,
+      dt, (states, _) = timed(lambda: chunk(states, keys, data.train_ids,
                                              data.train_labels, num_steps=steps))
       best = min(best, dt)
     seed_tokens = n_seeds * steps * tokens_per_step / best

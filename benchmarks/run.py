@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
-from benchmarks.flops import matmul_flops  # noqa: E402
+from benchmarks.flops import matmul_flops, matmul_peak, timed  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("presets", "cpu,paper", "Presets to time.")
@@ -72,31 +72,16 @@ flags.DEFINE_string("attention_impls", "own,xla",
 flags.DEFINE_string("out", "benchmarks/out/run.json", "JSON output.")
 
 
-def _timed(fn):
-  t = time.perf_counter()
-  out = fn()
-  jax.block_until_ready(out)
-  return time.perf_counter() - t, out
-
-
 def _best_chunk_seconds(chunk, state, keys, data, steps, reps):
   """Best wall time of ``reps`` calls of ``chunk`` (a :func:`train.jit_chunk`)
   for ``steps`` steps (state threaded through: the chunk donates its input
   state), and the final state."""
   best = float("inf")
   for _ in range(reps):
-    dt, (state, _) = _timed(lambda: chunk(state, keys, data.train_ids,
+    dt, (state, _) = timed(lambda: chunk(state, keys, data.train_ids,
                                           data.train_labels, num_steps=steps))
     best = min(best, dt)
   return best, state
-
-
-def matmul_peak(n=2048, reps=5) -> float:
-  a = jax.random.normal(jax.random.key(0), (n, n))
-  f = jax.jit(lambda x: x @ x)
-  jax.block_until_ready(f(a))
-  best = min(_timed(lambda: f(a))[0] for _ in range(reps))
-  return 2 * n ** 3 / best / 1e9
 
 
 def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=1,
@@ -131,7 +116,7 @@ def train_rows(preset, pe, steps, batch, seeds, peak, log, seed_groups=(), reps=
     # Every dispatch is asynchronous: block before each clock starts, or the
     # timed region also runs the tail of the previous (warm-up) call.
     states = jax.block_until_ready(init(keys))
-    t_compile, (states, _) = _timed(lambda: chunk(
+    t_compile, (states, _) = timed(lambda: chunk(
         states, keys, data.train_ids, data.train_labels, num_steps=steps))
     total = 0.0
     for r in range(repeat):
@@ -258,7 +243,7 @@ def ablation_rows(log, preset: str, seeds: int, examples: int):
   for method in ("shared", "masked"):
     run = lambda: ablation.ablate_heads(tr, params, ids, labels, method=method,
                                         mask_chunk=4)["ablated"]
-    times[method] = min(_timed(run)[0] for _ in range(2))  # first call compiles
+    times[method] = min(timed(run)[0] for _ in range(2))  # first call compiles
   masks = ablation.head_masks(rc.model.num_layers, rc.model.num_heads)
   ev = jax.jit(jax.vmap(lambda p, m: tr.evaluate_params(p, ids, labels, head_mask=m)[0],
                         in_axes=(0, None)))
@@ -267,7 +252,7 @@ def ablation_rows(log, preset: str, seeds: int, examples: int):
   def loop():
     return [ev(params, m) for m in [jnp.ones_like(masks[0])] + list(masks)]
 
-  t_l, _ = _timed(loop)
+  t_l, _ = timed(loop)
   log(f"  ablation {preset} ({masks.shape[0]} heads + baseline, {seeds} seeds, "
       f"{ids.shape[0]} ex.): shared-prefix {times['shared']:.2f}s, masked vmapped "
       f"{times['masked']:.2f}s, per-head loop {t_l:.2f}s; shared ÷ loop "

@@ -133,10 +133,7 @@ def evaluate_lengths(wd: str, factors, *, examples: int, shift: int,
       labels = np.concatenate([np.asarray(d.train_labels), np.asarray(d.test_labels)])
     if shift:
       ids = tasks.shift_right(ids, rng.integers(0, shift + 1, ids.shape[0]))
-    model = rc.model
-    if rope_scaling != "none":
-      model = model.replace(rope_scaling=rope_scaling, rope_scaling_factor=max(
-          1.0, ids.shape[1] / train_len), rope_scaling_original_len=train_len)
+    model = extrapolation.eval_model_config(rc.model, ids.shape[1], train_len, rope_scaling)
     batching = extrapolation.eval_train_config(rc.train, train_len, n)
     evaluate = train.jit_evaluate(train.make_steps(model, rc.task, batching,
                                                    run.steps.num_train))
@@ -167,7 +164,7 @@ def evaluate_lm(wd: str, factors, *, tokens: int, scalings, depths, trials: int,
   """The ``lengths.json`` dict of one language-model workdir (module docstring)."""
   import jax
 
-  from pe_spectral.analysis import language, stats
+  from pe_spectral.analysis import extrapolation, language, stats
   from pe_spectral.data import tasks
   from pe_spectral.nn import model as model_lib
   from pe_spectral.training import runner
@@ -187,7 +184,7 @@ def evaluate_lm(wd: str, factors, *, tokens: int, scalings, depths, trials: int,
       row = {"factor": f, "seq_len": n}
       try:
         windows = language.test_windows(test, n, tokens)
-        cfg = language.eval_model(rc.model, n, train_len, scaling)
+        cfg = extrapolation.eval_model_config(rc.model, n, train_len, scaling)
         nll = language.position_nll(graph(cfg), params, windows)
         bpb = language.bits_per_byte(nll)
         mean, lo, hi = stats.bootstrap_mean_ci(bpb)

@@ -130,6 +130,17 @@ def predict(cfg, params, n: int, train_len: int) -> Prediction:
   return Prediction(pe=enc.name, **out)
 
 
+def eval_model_config(model_cfg, n: int, train_len: int, rope_scaling: Optional[str]):
+  """The model config that evaluates ``n`` tokens: ``model_cfg`` itself, or
+  with ``rope_scaling`` (a :data:`positional.ROPE_SCALINGS` kind; ``"none"``
+  and None mean none) at factor ``max(1, n / train_len)`` from ``train_len``."""
+  if rope_scaling in (None, "none"):
+    return model_cfg
+  return model_cfg.replace(rope_scaling=rope_scaling,
+                           rope_scaling_factor=max(1.0, n / train_len),
+                           rope_scaling_original_len=train_len)
+
+
 def eval_train_config(train_cfg, train_len: int, n: int):
   """``train_cfg`` with an evaluation batch that keeps the attention's
   ``[batch, heads, n, n]`` memory of the training length at ``n`` tokens

@@ -31,18 +31,18 @@ introduction, 1 = right before the question).
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral.data import corpus as corpus_lib
+from pe_spectral.data import tasks
 from pe_spectral.nn import model as model_lib
 
 __all__ = ["test_windows", "position_nll", "bits_per_byte", "passkey_prompt",
            "greedy_continuation", "score_passkey", "passkey_accuracy", "passkey_min_length",
-           "eval_model", "PASSKEY_INTRO", "PASSKEY_FILLER", "PASSKEY_QUESTION"]
+           "PASSKEY_INTRO", "PASSKEY_FILLER", "PASSKEY_QUESTION"]
 
 LN2 = float(np.log(2.0))
 PASSKEY_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it "
@@ -55,16 +55,9 @@ PASSKEY_QUESTION = "What is the pass key? The pass key is "
 def test_windows(tokens, length: int, max_tokens: int) -> np.ndarray:
   """``[m, length + 1]`` disjoint windows of the flat split ``tokens``, evenly
   spread over it, ``m = max(1, max_tokens // length)`` (fewer if the split is
-  shorter); :class:`corpus.CorpusError` if not one fits."""
-  tokens = np.asarray(tokens)
-  slots = (tokens.shape[0] - 1) // length
-  if slots < 1:
-    raise corpus_lib.CorpusError(
-        f"the test split ({tokens.shape[0]} tokens) is shorter than one window of "
-        f"{length + 1}")
-  m = min(max(1, max_tokens // length), slots)
-  pick = np.unique(np.linspace(0, slots - 1, m).round().astype(np.int64))
-  return np.stack([tokens[s * length:s * length + length + 1] for s in pick]).astype(np.int32)
+  shorter; :func:`tasks.eval_windows`, the same cut the evaluations use);
+  :class:`corpus.CorpusError` if not one fits."""
+  return tasks.eval_windows(tokens, length, max(1, max_tokens // length)).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "batch"))
@@ -193,13 +186,3 @@ def passkey_accuracy(graphdef, params, lengths, depths, *, trials: int = 4,
   acc = np.stack(acc, 1) if acc else np.zeros((seeds, 0, len(depths)))
   return {"lengths": kept, "depths": [float(d) for d in depths], "keys": keys,
           "accuracy": acc.tolist(), "not_evaluated": errors}
-
-
-def eval_model(model_cfg, n: int, train_len: int, rope_scaling: Optional[str]):
-  """The model config that evaluates ``n`` tokens: with ``rope_scaling`` (a
-  :data:`positional.ROPE_SCALINGS` kind) at factor ``max(1, n / train_len)``."""
-  if rope_scaling in (None, "none"):
-    return model_cfg
-  return model_cfg.replace(rope_scaling=rope_scaling,
-                           rope_scaling_factor=max(1.0, n / train_len),
-                           rope_scaling_original_len=train_len)
