@@ -22,6 +22,7 @@ import time
 
 from absl import app, flags
 
+from benchmarks.one_seed import one_seed_training
 from pe_spectral.runtime.xla_config import isa_env
 
 FLAGS = flags.FLAGS
@@ -34,24 +35,6 @@ flags.DEFINE_string("out", "benchmarks/out/isa.json", "JSON output.")
 
 _KNOWN = ("SSE4_2", "AVX", "AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AMX")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _train(isa, steps, log):
-  out = os.path.join(tempfile.mkdtemp(prefix="isa-"), "run.json")
-  cmd = [sys.executable, "-m", "benchmarks.run", "--presets=cpu", "--pes=rope",
-         "--seeds=1", "--torch=false", "--ablation=false", "--seed_groups=",
-         "--overhead_batches=", "--small_batch=0", f"--steps={steps}", f"--out={out}"]
-  log(f"[{isa}] {' '.join(cmd[1:])}")
-  res = subprocess.run(cmd, cwd=_ROOT, env=isa_env(isa), capture_output=True, text=True)
-  if res.returncode != 0:
-    raise RuntimeError(f"[{isa}] benchmarks.run failed:\n{res.stderr[-2000:]}")
-  with open(out) as f:
-    r = json.load(f)
-  row = r["train"]["cpu/rope"]["1 seed"]
-  return {"matmul_peak_gflops": r["matmul_peak_gflops"],
-          "seed_examples_per_s": row["seed_examples_per_s"],
-          "first_chunk_compile_s": row["first_chunk_compile_s"],
-          "xla_flags": r["xla_flags"]}
 
 
 def _suite(isa, log):
@@ -81,7 +64,8 @@ def main(argv):
   labels = [isa if FLAGS.isas[:i].count(isa) == 0 else f"{isa} #{FLAGS.isas[:i].count(isa) + 1}"
             for i, isa in enumerate(FLAGS.isas)]
   for label, isa in zip(labels, FLAGS.isas):
-    res["isas"][label] = {"isa": isa, "train": _train(isa, FLAGS.steps, log)}
+    res["isas"][label] = {"isa": isa,
+                          "train": one_seed_training(isa, isa_env(isa), FLAGS.steps, log)}
   if FLAGS.suite:
     for label, isa in zip(labels, FLAGS.isas):
       res["isas"][label]["suite"] = _suite(isa, log)

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 
 from absl import app, flags
+
+from benchmarks.one_seed import one_seed_training
 
 FLAGS = flags.FLAGS
 # name -> (flags added to the project's, whether the project's YNN flag is dropped)
@@ -54,24 +53,14 @@ def _env(name: str) -> dict:
 
 
 def _train(name: str, steps: int, log) -> dict:
-  out = os.path.join(tempfile.mkdtemp(prefix="xlaflags-"), "run.json")
-  cmd = [sys.executable, "-m", "benchmarks.run", "--presets=cpu", "--pes=rope",
-         "--seeds=1", "--torch=false", "--ablation=false", "--seed_groups=",
-         "--overhead_batches=", "--small_batch=0", "--attention_impls=",
-         f"--steps={steps}", f"--out={out}"]
-  t = time.time()
-  res = subprocess.run(cmd, cwd=_ROOT, env=_env(name), capture_output=True, text=True)
-  if res.returncode != 0:
-    last = (res.stderr.strip().splitlines() or ["?"])[-1]
+  try:
+    row = one_seed_training(name, _env(name), steps, log)
+  except RuntimeError as e:
+    last = str(e).strip().splitlines()[-1][:500]
     log(f"[{name}] failed: {last[:200]}")
-    return {"error": last[:500]}
-  with open(out) as f:
-    r = json.load(f)
-  row = r["train"]["cpu/rope"]["1 seed"]
-  log(f"[{name}] {row['seed_examples_per_s']:.1f} seed-examples/s, MFU {100 * row['mfu']:.1f} % "
-      f"({time.time() - t:.0f} s)")
-  return {"seed_examples_per_s": row["seed_examples_per_s"], "mfu": row["mfu"],
-          "matmul_peak_gflops": r["matmul_peak_gflops"], "xla_flags": r.get("xla_flags")}
+    return {"error": last}
+  log(f"[{name}] {row['seed_examples_per_s']:.1f} seed-examples/s, MFU {100 * row['mfu']:.1f} %")
+  return row
 
 
 def main(argv):
