@@ -14,6 +14,17 @@ if os.environ.get("PE_SPECTRAL_TEST_XLA_O0", "1") != "0" and \
     "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                              + " --xla_backend_optimization_level=0").strip()
+# With it, XLA:CPU's older fusion emitter: jaxlib 0.10's MLIR fusion emitters
+# spend most of a tiny program's compile time (measured on test_library_attention.py,
+# no compilation cache: 77 s -> 41 s of CPU at -O0; at the default level the
+# old emitter is slower, 158 s, hence only together). Only for the jaxlib
+# versions that know the flag (an unknown flag aborts XLA).
+# PE_SPECTRAL_TEST_XLA_EMITTERS=1 keeps the default emitters.
+if os.environ.get("PE_SPECTRAL_TEST_XLA_EMITTERS", "0") != "1" and \
+    "xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", "") and \
+    "xla_cpu_use_fusion_emitters" not in os.environ["XLA_FLAGS"] and \
+    (0, 10) <= xla_config._jaxlib_version() < (0, 12):
+  os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
 # Tests compile the same small programs many times (a dozen CLI subprocesses
 # train the same smoke run): JAX's persistent compilation cache, shared by
 # every test process, turns each repeat into a cache read (measured: a
