@@ -34,7 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral.pe import positional
+from pe_spectral.pe import absolute, biases, rotary
+from pe_spectral.pe.absolute import sinusoidal_gram_coeffs  # noqa: F401  (its closed form lives with it)
+from pe_spectral.pe.biases import ALIBI_B, alibi_extreme_eigs  # noqa: F401  (likewise)
 
 __all__ = [
     "pope_cosine_eigs", "pope_symmetric_bounds", "pope_norm_bound", "frequency_drift",
@@ -56,9 +58,6 @@ __all__ = [
     "hermitian_part", "row_center", "row_range", "toeplitz_projection",
     "toeplitz_defect", "numerical_range_support", "synthetic_content",
 ]
-
-ALIBI_B = 1.1996786403  # b tanh b = 1 (Theorem 10)
-
 
 def _n_from_coeffs(coeffs) -> int:
   m = coeffs.shape[-1]
@@ -416,8 +415,8 @@ def spread_bounds(spread_a, spread_b):
 # ----------------------------------------------------------------------------
 
 def rope_frequencies(d: int, base: float = 10000.0, dtype=jnp.float32):
-  """``θ_j = base^(-2j/d)``, ``j < d/2`` -- the frequencies of ``positional.apply_rope``."""
-  return positional.rope_angles(jnp.ones(()), d, base).astype(dtype)
+  """``θ_j = base^(-2j/d)``, ``j < d/2`` -- the frequencies of ``rotary.apply_rope``."""
+  return rotary.rope_angles(jnp.ones(()), d, base).astype(dtype)
 
 
 def rope_toeplitz(n: int, theta, dtype=jnp.complex64):
@@ -452,15 +451,15 @@ def _complex_blocks(x, pairing):
 def rope_rotate(x, theta, positions=None, pairing: str = "interleaved"):
   """Rotates block j of row m by ``positions[m] * theta[j]``; ``x`` is ``[..., n, d]``.
 
-  The model's rotation (:func:`positional.rotate`) with any ``theta``: with
+  The model's rotation (:func:`rotary.rotate`) with any ``theta``: with
   the standard ``theta`` and interleaved pairing this is
-  ``positional.apply_rope``.
+  ``rotary.apply_rope``.
   """
   x = jnp.asarray(x)
   n = x.shape[-2]
   pos = jnp.arange(n) if positions is None else jnp.asarray(positions)
   angles = pos[:, None].astype(jnp.real(x).dtype) * jnp.asarray(theta)
-  return positional.rotate(x, angles, pairing=pairing)
+  return rotary.rotate(x, angles, pairing=pairing)
 
 
 def rope_logits(q, k, theta, pairing: str = "interleaved"):
@@ -501,8 +500,8 @@ def rope_envelope(q, k, pairing: str = "interleaved"):
 # ----------------------------------------------------------------------------
 
 def alibi_toeplitz(n: int, slope, causal: bool = False):
-  """One head of ``positional.alibi_bias``: ``-slope |i - j|`` (causal: 0 above the diagonal)."""
-  return positional.alibi_bias(n, jnp.asarray(slope), causal=causal)
+  """One head of ``biases.alibi_bias``: ``-slope |i - j|`` (causal: 0 above the diagonal)."""
+  return biases.alibi_bias(n, jnp.asarray(slope), causal=causal)
 
 
 def rope_min_base(context_len: int, head_dim: int, *, max_base: float = 1e12,
@@ -551,61 +550,24 @@ def rope_min_base(context_len: int, head_dim: int, *, max_base: float = 1e12,
                    f"{context_len} non-negative for head_dim {head_dim}")
 
 
-def alibi_extreme_eigs(n: int, slope):
-  """Exact ``(λ_min, λ_max)`` of symmetric ALiBi ``-m|i-j|`` (Theorem 10), ``n >= 2``.
-
-  ``λ_max = m / (2 sin²(π/2n))``; ``λ_min = -m / (2 sinh²(x/2n))`` with ``x = nβ``
-  solving ``(n-1) sinh(x/2n) sinh(x/2) = cosh((n-1)x/2n)`` by 8 Newton steps
-  from ``2b`` (``b tanh b = 1``). The sinh form avoids the cancellation of
-  ``1/(cosh β - 1)`` in float32. Exactly one eigenvalue is negative, and
-  ``spread ≈ 0.5500506 m n²``.
-  """
-  if n < 2:
-    raise ValueError("alibi_extreme_eigs needs n >= 2")
-  m = jnp.asarray(slope)
-  dtype = jnp.result_type(m, jnp.float32)
-  nf = jnp.asarray(n, dtype)
-
-  def g(x):
-    return (nf - 1) * jnp.sinh(x / (2 * nf)) * jnp.sinh(x / 2) - jnp.cosh(
-        (nf - 1) * x / (2 * nf))
-
-  def newton(_, x):
-    return x - g(x) / jax.grad(g)(x)
-
-  x = jax.lax.fori_loop(0, 8, newton, jnp.asarray(2 * ALIBI_B, dtype))
-  lam_min = -m / (2 * jnp.sinh(x / (2 * nf)) ** 2)
-  lam_max = m / (2 * jnp.sin(jnp.pi / (2 * nf)) ** 2)
-  return lam_min.astype(dtype), lam_max.astype(dtype)
-
-
 def t5_bias_coeffs(n: int, bucket_values, bidirectional: bool = True,
                    max_distance: int = 128):
   """Toeplitz coefficients ``t_k = β[bucket(-k)]`` of a T5 relative bias.
 
   ``rel = key_pos - query_pos = -k``; ``bucket_values`` is ``[..., num_buckets]``.
-  Same bucketing as ``positional.relative_position_bucket`` (the model's).
+  Same bucketing as ``biases.relative_position_bucket`` (the model's).
   """
   bucket_values = jnp.asarray(bucket_values)
   k = jnp.arange(-(n - 1), n)
-  idx = positional.relative_position_bucket(
+  idx = biases.relative_position_bucket(
       -k, num_buckets=bucket_values.shape[-1], max_distance=max_distance,
       bidirectional=bidirectional)
   return bucket_values[..., idx]
 
 
 def sinusoidal_pe(n: int, d: int, base: float = 10000.0):
-  """``positional.sinusoidal_table`` (interleaved sin, cos)."""
-  return positional.sinusoidal_table(n, d, base)
-
-
-def sinusoidal_gram_coeffs(n: int, d: int, base: float = 10000.0):
-  """``t_k = Σ_j cos(k ω_j)``: coefficients of the Toeplitz Gram ``P Pᵀ``."""
-  if d % 2:
-    raise ValueError("sinusoidal_gram_coeffs needs an even d")
-  k = jnp.arange(-(n - 1), n, dtype=jnp.int32)
-  omega = rope_frequencies(d, base)
-  return jnp.cos(k[:, None].astype(jnp.float32) * omega).sum(-1)
+  """``absolute.sinusoidal_table`` (interleaved sin, cos)."""
+  return absolute.sinusoidal_table(n, d, base)
 
 
 def sinusoidal_gram(n: int, d: int, base: float = 10000.0):
