@@ -41,6 +41,7 @@ from flax import nnx
 from pe_spectral.nn.attention import masked_softmax
 from pe_spectral.nn.model import PAD_ID
 from pe_spectral.pe import spectral as S
+from pe_spectral.pe.base import Kind
 from pe_spectral.runtime import devices
 
 __all__ = ["layer_terms", "decompose", "summarize", "attention_maps"]
@@ -74,15 +75,15 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   bias = block.bias(n)
   bias = jnp.zeros((h, n, n)) if bias is None else bias
   kinds = cfg.encoding.kinds
-  if "contextual" in kinds:
+  if Kind.CONTEXTUAL in kinds:
     # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
     bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
-  if "gated" in kinds:
+  if Kind.GATED in kinds:
     # alibi_data: a bias from the layer's input, part of B as ALiBi's is
     bias = bias + block.gate_bias(hq, model.attention_mask(ids))
   q, k = q_c + q_p, k_c + k_p  # the model's unrotated q, k
   content_theta0 = gram(q, k)
-  if "dynamic" in kinds:
+  if Kind.DYNAMIC in kinds:
     # the PE's own transform (PoPE, rope_learned) at the positions, and with
     # every position 0 as the θ = 0 counterpart (PoPE keeps its softplus
     # magnitudes and key phase there: only position is removed; CARoPE's

@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from pe_spectral.pe import positional, spectral
+from pe_spectral.pe.base import Kind
 
 __all__ = ["Prediction", "predict"]
 
@@ -90,7 +91,7 @@ def predict(cfg, params, n: int, train_len: int) -> Prediction:
     now, before = spread(n), spread(train_len)
     out.update(bias="closed_form", bias_spread_per_head=now,
                spread_vs_train=float(np.mean(np.divide(now, before))))
-  elif "bias" in enc.kinds:
+  elif Kind.BIAS in enc.kinds:
     blocks = params["blocks"]
     blocks = [blocks[k] for k in sorted(blocks)] if isinstance(blocks, dict) else blocks
     seeds = len(jax.tree_util.tree_leaves(params)[0])

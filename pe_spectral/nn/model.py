@@ -44,6 +44,7 @@ from pe_spectral.nn.attention import (
   torch_linear,
 )
 from pe_spectral.pe import encodings, positional
+from pe_spectral.pe.base import Kind
 from pe_spectral.runtime import speed
 
 __all__ = ["ModelConfig", "TransformerClassifier", "init_model", "apply_model",
@@ -85,10 +86,10 @@ ACTIVATIONS = {"relu": jax.nn.relu,
                "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
 
-# PE kinds (encodings.KINDS) whose logits are not softmax(q·k + bias): the
+# PE kinds (base.Kind) whose logits are not softmax(q·k + bias): the
 # library attention refuses them, saying what they have.
-LIBRARY_REFUSES = {"factor": "multiplicative factor",
-                   "contextual": "term computed from the queries and keys"}
+LIBRARY_REFUSES = {Kind.FACTOR: "multiplicative factor",
+                   Kind.CONTEXTUAL: "term computed from the queries and keys"}
 
 
 def attention_of(pe: str) -> str:
@@ -531,12 +532,12 @@ class _Block(nnx.Module):
     bias = self.bias(x.shape[1], positions)
     enc, extra = self.cfg.encoding, {}
     bias_fn = None
-    if "contextual" in enc.kinds:
+    if Kind.CONTEXTUAL in enc.kinds:
       bias_fn = lambda q, k: self.content_bias(q, k, mask)
-    if "gated" in enc.kinds:
+    if Kind.GATED in enc.kinds:
       gated = self.gate_bias(h, mask)
       bias = gated if bias is None else bias + gated
-    if "dynamic" in enc.kinds:  # the layer's own q/k transform (its rotation, if any)
+    if Kind.DYNAMIC in enc.kinds:  # the layer's own q/k transform (its rotation, if any)
       extra = {"qk_fn": self.qk_fn(positions, freq_mask, x=h),
                "scale": enc.logit_scale(self.cfg)}
       freq_mask = None
@@ -769,7 +770,7 @@ def frequency_count(cfg: ModelConfig) -> int:
   """Frequencies per head that a frequency mask switches: RoPE's pairs
   (``head_dim/2``) on rotary heads, a ``dynamic`` PE's own count (PoPE: one
   per channel), else 0."""
-  if "dynamic" in cfg.encoding.kinds:
+  if Kind.DYNAMIC in cfg.encoding.kinds:
     return cfg.encoding.frequency_count(cfg)
   if cfg.num_rope_heads == 0 or cfg.rotary_frequencies() is None:
     return 0
@@ -779,7 +780,7 @@ def frequency_count(cfg: ModelConfig) -> int:
 def mask_frequencies(cfg: ModelConfig) -> Optional[np.ndarray]:
   """The ``[frequency_count]`` frequencies a frequency mask switches (a
   ``dynamic`` PE's initial ones where they are trained), or None."""
-  if "dynamic" in cfg.encoding.kinds:
+  if Kind.DYNAMIC in cfg.encoding.kinds:
     return cfg.encoding.frequencies(cfg)
   return cfg.rotary_frequencies()
 

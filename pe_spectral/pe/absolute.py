@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral.pe.base import PositionalEncoding, _check_count, _inverse_freqs
+from pe_spectral.pe.base import Kind, PositionalEncoding, _check_count, _inverse_freqs
 
 __all__ = [
     "sinusoidal_gram_coeffs",
@@ -96,7 +96,7 @@ class Sinusoidal(PositionalEncoding):
   description = "fixed sinusoid added to the input (paper: absolute)"
   toeplitz_label = "Gram P Pᵀ of the input table"
   reads = ("rope_base",)
-  kinds = ("input",)
+  kinds = (Kind.INPUT,)
 
   takes_positions = True
 
@@ -113,7 +113,7 @@ class Learned(PositionalEncoding):
   name = "learned"
   description = "learned absolute table added to the input (paper: random)"
   spectral_note = "a learned absolute table is not Toeplitz"
-  kinds = ("input",)
+  kinds = (Kind.INPUT,)
 
   takes_positions = True
 

@@ -15,6 +15,7 @@ together. :mod:`pe_spectral.pe.encodings` registers them.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import importlib.util
 import math
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "inv_softplus", "REGISTRY", "KINDS", "COUPLINGS", "PositionalEncoding", "register",
+    "inv_softplus", "REGISTRY", "Kind", "KINDS", "COUPLINGS", "PositionalEncoding", "register",
     "load_module", "unregister", "names", "get"
 ]
 
@@ -72,7 +73,19 @@ REGISTRY: dict[str, "PositionalEncoding"] = {}
 
 
 # The ways a PE can enter attention (``PositionalEncoding.kinds``).
-KINDS = ("input", "bias", "rotary", "contextual", "factor", "dynamic", "gated")
+class Kind(enum.StrEnum):
+  """A way a PE enters attention (``PositionalEncoding.kinds``). Members equal
+  their strings, so a PE written elsewhere may still declare ``("bias",)``."""
+  INPUT = "input"
+  BIAS = "bias"
+  ROTARY = "rotary"
+  CONTEXTUAL = "contextual"
+  FACTOR = "factor"
+  DYNAMIC = "dynamic"
+  GATED = "gated"
+
+
+KINDS = tuple(Kind)
 
 
 # How a PE couples position with content (``PositionalEncoding.coupling``):
@@ -152,7 +165,7 @@ class PositionalEncoding:
   # position term that depends on the tokens: no Toeplitz matrix), or ""
   # (none, absolute, or neither form).
   coupling: str = ""
-  kinds: tuple[str, ...] = ()
+  kinds: tuple[Kind, ...] = ()
   # the θ = 0 logits are q·k (+ bias), so the decomposition's content and
   # position Grams add up to them (not PoPE's softplus magnitudes)
   bilinear_logits: bool = True

@@ -16,6 +16,7 @@ import numpy as np
 
 from pe_spectral.pe.absolute import distances
 from pe_spectral.pe.base import (
+  Kind,
   PositionalEncoding,
   _check_count,
   _int_field,
@@ -368,7 +369,7 @@ class FireOptions:
 class Relative(PositionalEncoding):
   name = "relative"
   coupling = "additive"
-  kinds = ("bias",)
+  kinds = (Kind.BIAS,)
   description = ("learned per-layer per-head scalar bias per clipped offset "
                  "(T5 log-buckets optional)")
   toeplitz_label = "symmetric part of the bias"
@@ -400,7 +401,7 @@ class Relative(PositionalEncoding):
 class Alibi(PositionalEncoding):
   name = "alibi"
   coupling = "additive"
-  kinds = ("bias",)
+  kinds = (Kind.BIAS,)
   description = "ALiBi: -m_h |i-j| logit bias (causal variant optional)"
   options_type = AlibiOptions
   toeplitz_label = "symmetric ALiBi bias"
@@ -439,7 +440,7 @@ class Alibi(PositionalEncoding):
 class Kerple(PositionalEncoding):
   toeplitz_label = "KERPLE bias"
   coupling = "additive"
-  kinds = ("bias",)
+  kinds = (Kind.BIAS,)
 
   def __init__(self, kind: str):
     self.kind = kind
@@ -471,7 +472,7 @@ class Kerple(PositionalEncoding):
 class Fire(PositionalEncoding):
   name = "fire"
   coupling = "additive"
-  kinds = ("bias",)
+  kinds = (Kind.BIAS,)
   description = ("FIRE: f_θ(ψ(|i-j|)/ψ(max(L, i))), ψ(x) = log(cx+1), per-layer MLP, "
                  "learned c and L")
   options_type = FireOptions
@@ -519,7 +520,7 @@ class RopeAdditive(PositionalEncoding):
   description = ("RoPE's cosines as an additive bias: sum_k w_hk cos((i-j) θ_k), "
                  "learned per-layer per-head w (the additive twin of rope)")
   coupling = "additive"
-  kinds = ("bias",)
+  kinds = (Kind.BIAS,)
   takes_positions = True
   toeplitz_label = "additive cosine bias (head 0)"
 
@@ -567,7 +568,7 @@ class AlibiMultiplicative(Alibi):
   description = ("ALiBi's kernel as a Hadamard factor: logits times rho_h^|i-j|, "
                  "rho_h = exp(-m_h) (the multiplicative twin of alibi)")
   coupling = "multiplicative"
-  kinds = ("factor",)
+  kinds = (Kind.FACTOR,)
   toeplitz_label = "KMS factor ρ^|k| (head 0)"
 
   def rhos(self, cfg) -> jax.Array:

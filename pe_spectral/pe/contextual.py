@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_spectral.pe.base import (
+  Kind,
   PositionalEncoding,
   _check_base,
   _check_count,
@@ -226,7 +227,7 @@ class CoPE(PositionalEncoding):
   description = ("CoPE: q_i·e[p_ij] with contextual positions p_ij = gated counts "
                  "σ(q·k) between key and query, interpolated e (per layer)")
   options_type = CoPEOptions
-  kinds = ("contextual",)
+  kinds = (Kind.CONTEXTUAL,)
   spectral_note = ("CoPE's positions are gated counts of the content (σ(q·k)): the "
                    "position term depends on the tokens, so it has no Toeplitz form")
 
@@ -257,7 +258,7 @@ class PoPE(PositionalEncoding):
   description = ("PoPE: softplus(q_c) softplus(k_c) cos((j-i) θ_c + δ_c), d frequencies, "
                  "learned key phase δ (polar coordinates)")
   coupling = "content_multiplicative"
-  kinds = ("dynamic",)
+  kinds = (Kind.DYNAMIC,)
   bilinear_logits = False
   options_type = PoPEOptions
   reads = ("rope_base",)
@@ -292,7 +293,7 @@ class _RotaryPairs(PositionalEncoding):
   """A ``dynamic`` PE that turns RoPE's ``head_dim/2`` pairs and starts from
   RoPE's frequencies (rope_learned, carope): the even-width check, the
   frequency count a mask switches, and the initial frequencies."""
-  kinds = ("dynamic",)
+  kinds = (Kind.DYNAMIC,)
   reads = ("rope_base",)
 
   def validate(self, cfg):
@@ -350,7 +351,7 @@ class AlibiData(PositionalEncoding):
   description = ("data-dependent ALiBi: sum of log forget gates σ(w·x_t + b) between "
                  "query and key (forgetting attention)")
   coupling = "content_additive"
-  kinds = ("gated",)
+  kinds = (Kind.GATED,)
   options_type = AlibiDataOptions
   spectral_note = ("alibi_data's bias sums gates computed from the tokens: it has no "
                    "Toeplitz form (ALiBi's only when the gates are constant)")

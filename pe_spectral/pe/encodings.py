@@ -33,6 +33,7 @@ from pe_spectral.pe.base import (  # noqa: F401
   COUPLINGS,
   KINDS,
   REGISTRY,
+  Kind,
   PositionalEncoding,
   get,
   inv_softplus,
@@ -75,7 +76,8 @@ from pe_spectral.pe.rotary import (  # noqa: F401
 
 __all__ = [
     "PositionalEncoding", "register", "unregister", "get", "names", "load_module", "REGISTRY",
-    "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions", "FireOptions",
+    "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
+    "FireOptions",
     "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "COUPLINGS",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
 ]

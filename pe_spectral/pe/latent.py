@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from pe_spectral.pe.absolute import _table_rows
-from pe_spectral.pe.base import PositionalEncoding, _bool_field, _int_field, _phase_coeffs
+from pe_spectral.pe.base import Kind, PositionalEncoding, _bool_field, _int_field, _phase_coeffs
 from pe_spectral.pe.rotary import _ROPE_SCALING, Rotation, _turn_pairs, rope_angles
 
 __all__ = [
@@ -76,7 +76,7 @@ class MLA(PositionalEncoding):
   latent_attention = True
   # the faithful model's zero-initialised absolute table is not declared: the
   # paper's MLA is a rotary PE (decompose and the report treat it so)
-  kinds = ("rotary",)
+  kinds = (Kind.ROTARY,)
   options_type = MLAOptions
   reads = ("rope_base",) + _ROPE_SCALING
   spectral_note = ("faithful mode: the paper's MLA transform is not a rotation (its sines and "

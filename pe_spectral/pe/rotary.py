@@ -15,6 +15,7 @@ import numpy as np
 
 from pe_spectral.pe.absolute import _sinusoid_input
 from pe_spectral.pe.base import (
+  Kind,
   PositionalEncoding,
   _float_field,
   _int_field,
@@ -420,7 +421,7 @@ class Rotary(PositionalEncoding):
     self.reads = ("rope_base",) + _ROPE_SCALING
     # the input sinusoid adds absolute terms: neither pure form
     self.coupling = "" if input_sinusoid else "multiplicative"
-    self.kinds = ("input", "rotary") if input_sinusoid else ("rotary",)
+    self.kinds = (Kind.INPUT, Kind.ROTARY) if input_sinusoid else (Kind.ROTARY,)
 
   def validate(self, cfg):
     if self.partial and not cfg.pe_options.heads <= cfg.num_heads:
