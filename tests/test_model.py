@@ -287,12 +287,13 @@ def test_the_model_reads_its_behaviours_from_the_quirks(monkeypatch):
   import dataclasses
 
   from pe_spectral.nn import model as M
+  from pe_spectral.nn import model_config as MC  # where ModelConfig looks its quirks up
   cfg = _cfg("rope", faithful=True, dropout=0.0)
   ids = _ids(jax.random.key(1))
   graphdef, params = init_model(cfg, jax.random.key(0))
   relu = apply_model(graphdef, params, ids)
   gelu_quirks = dataclasses.replace(M.TRANS_PY, activation="gelu")
-  monkeypatch.setattr(M, "script_quirks", lambda faithful, attention: gelu_quirks)
+  monkeypatch.setattr(MC, "script_quirks", lambda faithful, attention: gelu_quirks)
   g2, p2 = init_model(cfg, jax.random.key(0))
   gelu = apply_model(g2, p2, ids)
   assert float(jnp.abs(gelu - relu).max()) > 1e-4
@@ -307,7 +308,7 @@ def test_the_model_reads_its_behaviours_from_the_quirks(monkeypatch):
     x = x + blk.ff2(jax.nn.gelu(blk.ff1(blk.ln2(x)), approximate=False))
   np.testing.assert_allclose(gelu, model.classify(x, ids), atol=1e-5)
   normed = dataclasses.replace(M.TRANS_PY, final_norm=True)
-  monkeypatch.setattr(M, "script_quirks", lambda faithful, attention: normed)
+  monkeypatch.setattr(MC, "script_quirks", lambda faithful, attention: normed)
   assert "final_ln" in init_model(cfg, jax.random.key(0))[1]
   assert "final_ln" not in params
 
