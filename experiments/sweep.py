@@ -47,10 +47,11 @@ flags.DEFINE_enum("task", "distance", list(tasks.TASKS),
 flags.DEFINE_string("data", None,
                     "--task=lm: the corpus: a text file, a directory or a glob, or "
                     "hf:NAME[:CONFIG] (a Hugging Face dataset; needs the datasets library). "
-                    "Default: this Python's standard library source, split by file.")
+                    "Default: this Python's standard library source, split by file. "
+                    "Sets --config.task.corpus.")
 flags.DEFINE_integer("seeds", 8, "Number of seeds trained together (vmapped).")
 flags.DEFINE_integer("seed", 0, "First seed; seeds are seed..seed+seeds-1.")
-flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed.")
+flags.DEFINE_integer("data_seed", 0, "Dataset / trigger-word seed. Sets --config.task.data_seed.")
 flags.DEFINE_string("preset", "cpu",
                     "Sizes: smoke (tests), cpu (default, minutes), paper (GPU), or one a "
                     "--presets_from module registers (docs/presets.md).")
@@ -70,21 +71,25 @@ flags.DEFINE_bool("faithful", False,
                   "The paper's architecture, loss and optimiser quirks "
                   "(docs/protocol.md).")
 flags.DEFINE_string("rope_heads", None,
-                    "partial_rope: heads with RoPE, an int or comma list.")
-flags.DEFINE_integer("epochs", None, "Override the preset's epochs.")
-flags.DEFINE_integer("steps", None, "Override the total step count.")
-flags.DEFINE_integer("batch_size", None, "Override the preset's batch size.")
-flags.DEFINE_float("learning_rate", None, "Override the preset's peak lr.")
+                    "partial_rope: heads with RoPE, an int or comma list. "
+                    "Sets --config.model.pe_options.heads.")
+flags.DEFINE_integer("epochs", None, "Override the preset's epochs. Sets --config.train.epochs.")
+flags.DEFINE_integer("steps", None, "Override the total step count. Sets --config.train.steps.")
+flags.DEFINE_integer("batch_size", None, "Override the preset's batch size. "
+                     "Sets --config.train.batch_size.")
+flags.DEFINE_float("learning_rate", None, "Override the preset's peak lr. "
+                   "Sets --config.train.learning_rate.")
 flags.DEFINE_integer("eval_every", None,
                      "Steps between evaluations and checkpoints (default: 1 epoch).")
 flags.DEFINE_string("workdir", None, "Output directory (one PE / rope_heads only).")
 flags.DEFINE_enum("alibi_slopes", None, ["standard", "paper"],
                   "ALiBi slopes: standard 2^(-8h/H) (clean default) or the paper's "
-                  "exp(-h/H) (faithful default).")
+                  "exp(-h/H) (faithful default). Sets --config.model.pe_options.slopes.")
 flags.DEFINE_integer("random_positions", None,
                      "Randomized positions (Ruoss et al. 2023): each batch's tokens get sorted "
                      "distinct positions drawn from [0, N), in training and evaluation; "
-                     "N >= the preset's max_len (e.g. 4x it, to test at 4x the length).")
+                     "N >= the preset's max_len (e.g. 4x it, to test at 4x the length). "
+                     "Sets --config.model.random_positions.")
 flags.DEFINE_integer("attention_block", None,
                      "Memory: the blockwise attention kernel with this many query rows per "
                      "block (keeps no [q, k] tensor for the backward pass; same numbers up "

@@ -295,6 +295,34 @@ def test_help_exits_0():
   assert out.returncode == 0 and "--pe" in out.stdout + out.stderr
 
 
+def test_each_shortcut_flag_names_the_config_field_it_sets():
+  """One spelling per setting: a shortcut flag's help says which --config
+  field it sets, and that field, set through a RunSpec as --config.* sets it,
+  takes the value the shortcut would give it."""
+  from experiments import sweep
+  from pe_spectral.training import config as configs
+  said = {}
+  for name in sweep.FLAGS:
+    m = re.search(r"Sets --config\.([\w.]+)\.", sweep.FLAGS[name].help or "")
+    if m:
+      said[name] = m.group(1)
+  assert {"rope_heads", "alibi_slopes", "steps", "epochs", "batch_size", "learning_rate",
+          "data", "data_seed", "random_positions"} <= set(said)
+  values = {"model.pe_options.heads": ("partial_rope", 2), "model.pe_options.slopes":
+            ("alibi", "paper"), "model.random_positions": ("rope", 256),
+            "task.corpus": ("rope", os.path.dirname(json.__file__)), "task.data_seed": ("rope", 3),
+            "train.epochs": ("rope", 3), "train.steps": ("rope", 7),
+            "train.batch_size": ("rope", 16), "train.learning_rate": ("rope", 0.01)}
+  for flag, field in said.items():
+    pe, value = values[field]
+    task = "lm" if field == "task.corpus" else "distance"
+    rc = configs.RunSpec.of(task, pe, preset="smoke", settings={field: value}).build()
+    got = rc
+    for part in field.split("."):
+      got = getattr(got, part)
+    assert got == value, (flag, field, got)
+
+
 def test_any_config_field_from_the_command_line(tmp_path):
   """--config.<section>.<field> reaches config.json and the default workdir's
   name (as does --steps: a run trained for other steps is another run); a
