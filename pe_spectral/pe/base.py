@@ -10,6 +10,34 @@ logit biases: T5, ALiBi, KERPLE, FIRE, rope_additive, alibi_multiplicative),
 position term depends on the tokens: CoPE, PoPE, rope_learned, alibi_data,
 CARoPE) -- each with its pure ``jnp`` functions and its registered classes
 together. :mod:`pe_spectral.pe.encodings` registers them.
+
+An encoding implements the hooks every consumer needs, and nothing outside
+the PE modules switches on a PE's name:
+
+* ``input_params`` / ``input_table`` -- a table added to the token embeddings
+  (absolute PEs);
+* ``layer_params`` / ``bias`` -- a per-layer additive logit bias
+  ``[heads, n, n]`` (relative, ALiBi, KERPLE, FIRE);
+* ``qk_transform`` / ``rotary_heads`` -- what is done to queries and keys, and
+  on how many heads (RoPE, partial RoPE, p-RoPE, xPos, MLA's rotary channel);
+* ``content_bias`` -- a logit term computed from the layer's queries and keys
+  (CoPE's contextual positions); it has no Toeplitz form;
+* ``logit_factor`` -- a per-layer multiplicative factor ``[heads, n, n]`` on
+  the content logits (``alibi_multiplicative``'s decay ``ρ^{|i-j|}``);
+* ``layer_qk`` / ``logit_scale`` -- a q/k transform with the layer's PE
+  parameters, which may depend on the content (PoPE's softplus magnitudes,
+  ``rope_learned``'s trained frequencies);
+* ``gate_bias`` -- an additive logit bias computed from the layer's input
+  (``alibi_data``'s forget gates);
+* ``toeplitz_coeffs`` -- the Hermitian Toeplitz coefficients of the PE's
+  position matrix (the bias's symmetric part, the input table's Gram, or one
+  rotary frequency's phase matrix), which feed ``spectral.toeplitz_eig_bounds``;
+  ``bias_extremes`` where a closed form exists (ALiBi);
+* ``validate`` -- the PE's own checks of a :class:`~pe_spectral.nn.model.ModelConfig`.
+
+Hooks take the model config ``cfg`` and, where parameters are involved, a dict
+``{name: array}`` of one layer's (or the model's) PE parameters; they are pure
+``jnp`` and work under ``jit`` and ``vmap`` (over seeds, e.g.).
 """
 
 from __future__ import annotations
