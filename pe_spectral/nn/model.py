@@ -51,8 +51,6 @@ from pe_spectral.nn.model_config import (  # noqa: F401  (the names callers impo
   ModelConfig,
   ScriptQuirks,
   _drawn,
-  _resolved_options,
-  _scoped,
   attention_of,
   recorded_fields,
   script_quirks,
