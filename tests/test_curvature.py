@@ -12,7 +12,7 @@ from pe_spectral.analysis import curvature as C
 from pe_spectral.data.tasks import TaskConfig
 from pe_spectral.nn.model import ModelConfig
 from pe_spectral.runtime import speed
-from pe_spectral.training import runner
+from pe_spectral.training import recorders
 from pe_spectral.training.train import TrainConfig, jit_chunk, jit_init, make_steps, seed_keys
 
 
@@ -165,14 +165,14 @@ def test_recorded_curvature_is_one_vmapped_call_equal_to_each_seed_alone():
   states, _ = jit_chunk(tr)(jit_init(tr)(keys), keys, data.train_ids, data.train_labels,
                             num_steps=3)
   ids, labels = data.train_ids[:16], data.train_labels[:16]
-  rec = runner._curvature_record(tr, states, ids, labels, 3)
+  rec = recorders._curvature_record(tr, states, ids, labels, 3)
   assert set(rec) == {"step", "top_eigs", "precond_sharpness", "grad_norm"}
   tc = tr.train_cfg
   loss = lambda q: tr.loss(q, ids, labels)[0]
   with speed.reference():  # one seed at a time, not vmapped: the oracle
     one_seed = jax.jit(lambda q, o: C.curvature_summary(
         loss, q, o, b1=tc.b1, b2=tc.b2, eps=tc.eps, key=jax.random.key(0xC0DE),
-        num_iters=runner.CURVATURE_ITERS, trace_samples=0))
+        num_iters=recorders.CURVATURE_ITERS, trace_samples=0))
   for s in range(2):
     p = jax.tree.map(lambda x: x[s], states["params"])
     o = jax.tree.map(lambda x: x[s], states["opt_state"])

@@ -1,4 +1,4 @@
-"""TensorBoard event files of a run: a :class:`~pe_spectral.training.runner.Recorder`
+"""TensorBoard event files of a run: a :class:`~pe_spectral.training.recorders.Recorder`
 beside the JSONL ones, and a converter for workdirs that have none.
 
 Each run gets ``<workdir>/tb/seed<s>/`` per seed and ``<workdir>/tb/mean/``, so
@@ -27,7 +27,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pe_spectral.training.runner import Evaluation, Recorder, read_jsonl
+from pe_spectral.training.recorders import Evaluation, Recorder
+from pe_spectral.training.workdir import read_jsonl
 
 __all__ = ["SUBDIR", "INSTALL_HINT", "available", "scalars", "TensorBoardRecorder",
            "convert", "read_scalars"]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import sys
@@ -41,15 +40,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pe_spectral.analysis import curvature, decompose, plotting, stats
+from pe_spectral.analysis import plotting, stats
 from pe_spectral.data import tasks
 from pe_spectral.nn.model import check_token_ids
-from pe_spectral.pe import encodings, spectral
-from pe_spectral.runtime import devices, speed
+from pe_spectral.pe import encodings
+from pe_spectral.runtime import devices
 from pe_spectral.runtime.errors import Remedy, RunError
 from pe_spectral.training import train as train_lib
 from pe_spectral.training.checkpoint import Checkpointer, CheckpointError, DiskFullError
 from pe_spectral.training.config import RunConfig
+from pe_spectral.training.recorders import (
+  CURVATURE_ITERS,
+  CURVATURE_TRACE_SAMPLES,
+  Evaluation,
+  JsonlRecorder,
+  Recorder,
+  builtin_recorders,
+  curvature_fn,
+)
 from pe_spectral.training.sizing import auto_seed_group
 from pe_spectral.training.train import Steps, make_steps, seed_mesh
 from pe_spectral.training.workdir import (
@@ -61,7 +69,6 @@ from pe_spectral.training.workdir import (
   lock_holder,
   read_jsonl,
   remove_unfinished_saves,
-  truncate_jsonl,
   workdir_lock,
   write_json,
 )
@@ -70,7 +77,8 @@ __all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluatio
            "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
            "ConfigMismatchError",
            "CheckpointError", "DiskFullError", "WorkdirBusyError", "Interrupted", "read_jsonl",
-           "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
+           "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment",
+           "builtin_recorders", "curvature_fn", "CURVATURE_ITERS", "CURVATURE_TRACE_SAMPLES"]
 
 
 class NonFiniteLossError(RunError):
@@ -87,59 +95,6 @@ class Interrupted(Exception):
 
 def _notify_stderr(msg: str) -> None:
   print(msg, file=sys.stderr, flush=True)
-
-
-def _spectra_record(steps, states, probe_ids, step: int) -> dict:
-  """Per-layer/head spectral measures (median over the probe examples) per seed."""
-  summ = decompose.summarize(steps.graphdef, states["params"], probe_ids,
-                             steps.model_cfg.num_layers)
-  med = lambda f: np.stack([np.median(devices.fetch(f(s)), axis=1) for s in summ],
-                           1).tolist()  # [seeds, layers, heads]
-  return {"step": step,
-          "contraction_ratio": med(lambda s: s["contraction_ratio"]),
-          "widening_ratio": med(lambda s: s["widening_ratio"]),
-          "spread": med(lambda s: s["measures"]["spread"]),
-          "stable_rank": med(lambda s: s["measures"]["stable_rank"])}
-
-
-# Recorded at every evaluation: Lanczos steps per estimate, Hutchinson probes
-# (0: no trace -- with a few probes its standard error exceeds the estimate on
-# these models, and each probe costs a Hessian-vector product per seed).
-CURVATURE_ITERS, CURVATURE_TRACE_SAMPLES = 10, 0
-
-
-@functools.lru_cache(maxsize=64)
-def curvature_fn(steps: Steps, *, k: int = 1, num_iters: int = CURVATURE_ITERS,
-                 trace_samples: int = CURVATURE_TRACE_SAMPLES):
-  """The jitted ``(params, opt_state, ids, labels, key) -> per-seed curvature``
-  of ``steps.loss`` in eval mode (no dropout), vmapped over seeds; traced
-  on the reference path (forward mode needs it; ``speed.reference``), and
-  cached on the frozen configs (``steps``) and the options."""
-  tc = steps.train_cfg
-
-  def one(params, opt_state, ids, labels, key):
-    loss = lambda p: steps.loss(p, ids, labels)[0]
-    return curvature.curvature_summary(loss, params, opt_state, b1=tc.b1, b2=tc.b2,
-                                       eps=tc.eps, key=key, k=k, num_iters=num_iters,
-                                       trace_samples=trace_samples)
-
-  vm = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None, None)))
-
-  def call(*args):
-    with speed.reference():  # the switch is read while tracing
-      return vm(*args)
-  return call
-
-
-def _curvature_record(steps, states, ids, labels, step: int) -> dict:
-  """Curvature of the training loss on fixed training examples, per seed."""
-  fn = curvature_fn(steps)
-  # the same probe directions at every evaluation and for every seed
-  out = fn(states["params"], states["opt_state"], ids, labels, jax.random.key(0xC0DE))
-  rec = {"step": step}
-  for name, val in out.items():
-    rec[name] = json_safe(devices.fetch(val).tolist())
-  return rec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,13 +149,17 @@ class Hooks:
 
 
 def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
-        hooks: Hooks = Hooks(), recorders: Sequence["Recorder"] = ()) -> dict:
+        hooks: Hooks = Hooks(), recorders: Sequence[Recorder] = ()) -> dict:
   """Trains ``len(seeds)`` models of ``rc`` (a :class:`pe_spectral.training.config.RunConfig`),
   all seeds in one compiled program, into ``workdir`` (created).
 
-  Each evaluation's row goes to every recorder: the metrics and step losses
-  always, the spectra and curvature when ``options`` ask for them, then
-  ``recorders`` (e.g. a TensorBoard writer: :class:`Recorder`).
+  A run's whole life, top to bottom: the workdir's checks, the data and the
+  compiled steps, resume or init, then chunks of ``eval_every`` steps, each
+  followed by an evaluation, the recorders, a checkpoint and the stop/progress
+  hooks; the summary at the end. Each evaluation goes to every recorder: the
+  metrics and step losses always, the spectra and curvature when ``options``
+  ask for them (:func:`recorders.builtin_recorders`), then ``recorders`` (e.g.
+  a TensorBoard writer: :class:`Recorder`).
 
   Returns:
     The summary dict (also written to ``summary.json``).
@@ -211,28 +170,10 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
     :class:`~pe_spectral.runtime.errors.RunError`
     with a one-line message and what to do), Interrupted.
   """
-  writer = jax.process_index() == 0
-  t_start = time.time()
-  notify = hooks.notify
+  writer, t_start, notify = jax.process_index() == 0, time.time(), hooks.notify
   # Everything the workdir checks need comes from the configs alone, so a run
   # that cannot go ahead is refused before any data is generated or compiled.
-  num_train = rc.task.num_train
-  total = rc.train.total_steps(num_train)
-  steps_per_epoch = rc.train.steps_per_epoch(num_train)
-  options = dataclasses.replace(options, eval_every=options.eval_every or steps_per_epoch)
-  config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": options.eval_every,
-            "total_steps": total, "steps_per_epoch": steps_per_epoch}
-  if rc.task.is_lm:  # what was read, so that a resume on other text is refused
-    config["corpus"] = tasks.check_corpus(rc.task)
-  if options.record_spectra:
-    config["record_spectra"] = options.record_spectra
-  if options.record_curvature:
-    config["record_curvature"] = options.record_curvature
-
-  paths = {k: os.path.join(workdir, v) for k, v in dict(
-      config="config.json", metrics="metrics.jsonl", summary="summary.json",
-      plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl",
-      curvature="curvature.jsonl", steps="steps.jsonl").items()}
+  options, config, paths = _plan(rc, seeds, workdir, options)
   if writer:
     os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir, notify) if writer else contextlib.nullcontext():
@@ -246,37 +187,87 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
       return summary
     notify(f"{workdir}: generating data and compiling; the first progress line comes "
            "after the first evaluation")
-    data = tasks.generate(rc.task)
-    for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
-      check_token_ids(ids, rc.model.vocab_size)
-    if not rc.task.is_lm and data.train_ids.shape[0] != num_train:
-      raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
-                           f"config says {num_train}")
-    mesh = seed_mesh(len(seeds))
-    seed_group = options.seed_group
-    if seed_group == "auto":
-      seed_group = None if mesh is not None else auto_seed_group(
-          rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
-          memory_gib=options.memory_gib, fraction=options.memory_fraction, notify=notify)
-    steps = make_steps(rc.model, rc.task, rc.train, num_train,
-                       seed_group=seed_group if mesh is None else None)
-    session = _session(rc, seeds, workdir, steps, mesh, data, paths)
-    if steps.total_steps != config["total_steps"]:
-      raise AssertionError(f"the steps have {steps.total_steps} steps, the config "
-                           f"{config['total_steps']}")
-    builtin = [MetricsRecorder(), StepLossRecorder()]
-    if options.record_spectra:
-      builtin.append(SpectraRecorder(options.record_spectra))
-    if options.record_curvature:
-      builtin.append(CurvatureRecorder(options.record_curvature))
-    if rc.model.encoding.frequency_param:  # trained frequencies: always recorded
-      builtin.append(FrequencyRecorder())
-    records = _train(session, options, hooks, builtin + list(recorders))
+    session = _session(rc, seeds, workdir, paths, options, notify)
+    steps, keys, arr, total = session.steps, session.keys, session.arrays, session.steps.total_steps
+    recorders = builtin_recorders(rc, record_spectra=options.record_spectra,
+                                  record_curvature=options.record_curvature) + list(recorders)
+    unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and options.resume else []
+    ckpt = Checkpointer(paths["ckpt"], max_to_keep=options.max_to_keep, fetch=devices.fetch)
+    try:
+      states, step, elapsed, records = _resume_or_init(
+          session, ckpt, resume=options.resume, unfinished=unfinished, notify=notify,
+          recorders=recorders)
+      for r in recorders:
+        r.open(session)
+      try:
+        chunk = train_lib.jit_chunk(steps)
+        pace = _Pace()
+        while step < total:
+          t0 = time.time()
+          k = min(options.eval_every, total - step)
+          states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"],
+                                 num_steps=k)
+          # A jitted call traces and compiles before it returns; the execution
+          # itself is asynchronous (``fetch`` waits for it, polling, so that
+          # Ctrl-C is handled at once). The calls' own time is compilation.
+          compile_s = time.time() - t0
+          losses = devices.fetch(losses)  # [seeds, k]
+          _check_finite(session, ckpt, states, losses, step, k)
+          step += k
+          t1 = time.time()
+          test_acc, test_loss, train_acc = _evaluate(session, states)
+          compile_s += time.time() - t1
+          dt = time.time() - t0
+          elapsed += dt
+          rec = _metrics_row(session, step, losses, test_acc, test_loss, train_acc, elapsed)
+          records.append(rec)
+          t_rec = time.time()
+          ev = Evaluation(session, step, step - k, states, losses, rec, {})
+          for r in recorders:
+            r.record(ev)
+          rec_s = time.time() - t_rec  # the recorders (a first spectra/curvature call compiles)
+          ckpt.save(step, states, {"step": step, "elapsed": elapsed})
+          if hooks.on_checkpoint is not None:
+            hooks.on_checkpoint(step)
+          if hooks.should_stop is not None and hooks.should_stop() and step < total:
+            ckpt.wait()
+            raise Interrupted(step)
+          if hooks.progress:
+            hooks.progress(pace.row(losses, test_acc, test_loss, train_acc, step=step,
+                                    total=total, k=k, dt=dt, compile_s=compile_s, rec_s=rec_s))
+          pace.first = False
+      finally:
+        for r in recorders:
+          r.close()
+    finally:
+      ckpt.close()  # awaits the asynchronous save
     summary = summarise(session, records, t_start=t_start)
     if writer:
       write_json(paths["summary"], summary)
       draw_figures(session, records, spectra=bool(options.record_spectra))
   return summary
+
+
+def _plan(rc, seeds, workdir: str, options: RunOptions):
+  """``(options, config, paths)``: the options with ``eval_every`` filled in,
+  the ``config.json`` a run of these settings writes (and a resume must
+  match), and the workdir's file paths -- from the configs alone."""
+  num_train = rc.task.num_train
+  steps_per_epoch = rc.train.steps_per_epoch(num_train)
+  options = dataclasses.replace(options, eval_every=options.eval_every or steps_per_epoch)
+  config = {"run": rc.to_dict(), "seeds": list(seeds), "eval_every": options.eval_every,
+            "total_steps": rc.train.total_steps(num_train), "steps_per_epoch": steps_per_epoch}
+  if rc.task.is_lm:  # what was read, so that a resume on other text is refused
+    config["corpus"] = tasks.check_corpus(rc.task)
+  if options.record_spectra:
+    config["record_spectra"] = options.record_spectra
+  if options.record_curvature:
+    config["record_curvature"] = options.record_curvature
+  paths = {k: os.path.join(workdir, v) for k, v in dict(
+      config="config.json", metrics="metrics.jsonl", summary="summary.json",
+      plot="accuracy.png", ckpt="ckpt", spectra="spectra.jsonl",
+      curvature="curvature.jsonl", steps="steps.jsonl").items()}
+  return options, config, paths
 
 
 class _Session(NamedTuple):
@@ -292,8 +283,28 @@ class _Session(NamedTuple):
   writer: bool        # process 0: the one that writes files
 
 
-def _session(rc, seeds, workdir, steps, mesh, data, paths) -> "_Session":
-  """The run's fixed pieces: the data and the seeds' keys placed on the mesh."""
+def _session(rc, seeds, workdir, paths, options: RunOptions, notify) -> _Session:
+  """The run's fixed pieces: the data generated and checked, the seeds' mesh
+  and group, the pure steps, and the data and the seeds' keys placed on the
+  mesh."""
+  num_train = rc.task.num_train
+  data = tasks.generate(rc.task)
+  for ids in (data.train_ids, data.test_ids):  # once, before anything compiles
+    check_token_ids(ids, rc.model.vocab_size)
+  if not rc.task.is_lm and data.train_ids.shape[0] != num_train:
+    raise AssertionError(f"generated {data.train_ids.shape[0]} training examples, the "
+                         f"config says {num_train}")
+  mesh = seed_mesh(len(seeds))
+  seed_group = options.seed_group
+  if seed_group == "auto":
+    seed_group = None if mesh is not None else auto_seed_group(
+        rc.model, rc.task, rc.train, num_train=num_train, num_seeds=len(seeds),
+        memory_gib=options.memory_gib, fraction=options.memory_fraction, notify=notify)
+  steps = make_steps(rc.model, rc.task, rc.train, num_train,
+                     seed_group=seed_group if mesh is None else None)
+  if steps.total_steps != rc.train.total_steps(num_train):
+    raise AssertionError(f"the steps have {steps.total_steps} steps, the config "
+                         f"{rc.train.total_steps(num_train)}")
   if data.train_eval_ids is not None:  # lm: fixed windows of the training split
     n_sub = min(rc.train.train_eval_examples, data.train_eval_ids.shape[0])
     sub = (data.train_eval_ids[:n_sub], jnp.zeros((n_sub,), jnp.int32))
@@ -307,28 +318,6 @@ def _session(rc, seeds, workdir, steps, mesh, data, paths) -> "_Session":
                   dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
                             "sub_ids", "sub_labels"), placed)),
                   jax.process_index() == 0)
-
-
-def _train(session: "_Session", options: RunOptions, hooks: Hooks, recorders) -> list:
-  """Resume or init, then the loop; every evaluation's metrics row."""
-  paths = session.paths
-  unfinished = (remove_unfinished_saves(paths["ckpt"])
-                if session.writer and options.resume else [])
-  ckpt = Checkpointer(paths["ckpt"], max_to_keep=options.max_to_keep, fetch=devices.fetch)
-  try:
-    states, step, elapsed, records = _resume_or_init(
-        session, ckpt, resume=options.resume, unfinished=unfinished, notify=hooks.notify,
-        recorders=recorders)
-    for r in recorders:
-      r.open(session)
-    try:
-      return _train_loop(session, ckpt, states, step, elapsed, records,
-                         eval_every=options.eval_every, hooks=hooks, recorders=recorders)
-    finally:
-      for r in recorders:
-        r.close()
-  finally:
-    ckpt.close()  # awaits the asynchronous save
 
 
 def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, recorders):
@@ -364,198 +353,41 @@ def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, reco
   return states, step, elapsed, records
 
 
-class Evaluation(NamedTuple):
-  """One evaluation, as every :class:`Recorder` receives it."""
-  session: Any        # the run's fixed pieces (config, seeds, paths, steps, placed data)
-  step: int           # the step just reached
-  first_step: int     # the chunk's first step
-  states: Any         # the seed-stacked train state at ``step``
-  losses: np.ndarray  # [seeds, steps of the chunk]: each step's loss before its update
-  metrics: dict       # the metrics.jsonl row (accuracies, losses, examples seen)
-  rows: dict          # {file name: row} the JSONL recorders before this one wrote
+def _metrics_row(session, step, losses, test_acc, test_loss, train_acc, elapsed) -> dict:
+  """The ``metrics.jsonl`` row of the evaluation at ``step`` (strict JSON)."""
+  rec = {"step": step, "epoch": step / session.steps.steps_per_epoch,
+         "examples_seen": step * session.rc.train.batch_size,  # per seed
+         "train_loss": losses.mean(1).tolist(),
+         "test_loss": np.asarray(test_loss).tolist(),
+         "test_accuracy": np.asarray(test_acc).tolist(),
+         "train_accuracy": np.asarray(train_acc).tolist(),
+         "elapsed": elapsed}
+  return {key: json_safe(v) for key, v in rec.items()}
 
 
-class Recorder:
-  """Something written at every evaluation: subclasses implement :meth:`record`
-  and own their output; :func:`run` calls them in order and never looks inside.
+class _Pace:
+  """The progress row after each evaluation, with the ETA at this session's
+  mean pace, so that one chunk slowed (or sped) by a neighbour on a shared
+  machine does not swing it. Measured work only: the first chunk's
+  compilation is left out (and so is its recording, which also compiles;
+  later chunks count it)."""
 
-  ``open`` runs once per session before the loop, ``truncate`` on resume (drop
-  what lies past the checkpoint's step), ``close`` after the loop."""
+  def __init__(self):
+    self.first, self.spent_s, self.spent_steps = True, 0.0, 0
 
-  def open(self, session) -> None:
-    pass
-
-  def truncate(self, session, step: int) -> None:
-    pass
-
-  def record(self, ev: Evaluation) -> None:
-    raise NotImplementedError
-
-  def close(self) -> None:
-    pass
-
-
-class JsonlRecorder(Recorder):
-  """A row per evaluation in ``<workdir>/<name>.jsonl`` (process 0 writes it);
-  subclasses implement :meth:`row`. ``allow_nan``: False writes strict JSON
-  (a non-finite value is refused: the row must be ``json_safe``)."""
-  name = ""
-  allow_nan = True
-
-  def path(self, session) -> str:
-    return os.path.join(session.workdir, f"{self.name}.jsonl")
-
-  def truncate(self, session, step: int) -> None:
-    truncate_jsonl(self.path(session), step)
-
-  def row(self, ev: Evaluation) -> dict:
-    raise NotImplementedError
-
-  def record(self, ev: Evaluation) -> None:
-    row = self.row(ev)
-    ev.rows[self.name] = row
-    if ev.session.writer:
-      with open(self.path(ev.session), "a") as f:
-        f.write(json.dumps(row, allow_nan=self.allow_nan) + "\n")
-
-
-class MetricsRecorder(JsonlRecorder):
-  """``metrics.jsonl``: the evaluation's row, strict JSON."""
-  name, allow_nan = "metrics", False
-
-  def row(self, ev):
-    return ev.metrics
-
-
-class StepLossRecorder(JsonlRecorder):
-  """``steps.jsonl``: every step's loss (measured before its update), for
-  loss-spike counts."""
-  name = "steps"
-
-  def row(self, ev):
-    return {"step": ev.step, "first_step": ev.first_step,
-            "loss": np.round(ev.losses.astype(np.float64), 5).tolist()}
-
-
-class SpectraRecorder(JsonlRecorder):
-  """``spectra.jsonl``: per-layer/head logit spectra on ``num`` fixed test examples."""
-  name = "spectra"
-
-  def __init__(self, num: int):
-    self.num = num
-
-  def open(self, session):
-    self.probe_ids = session.arrays["test_ids"][:self.num]
-    if session.rc.task.is_lm:  # a language model's windows: the tokens it reads
-      self.probe_ids = self.probe_ids[:, :-1]
-
-  def row(self, ev):
-    return _spectra_record(ev.session.steps, ev.states, self.probe_ids, ev.step)
-
-
-class FrequencyRecorder(JsonlRecorder):
-  """``frequencies.jsonl``: a PE's trained frequencies (``frequency_param``,
-  e.g. rope_learned's θ) at every evaluation, ``theta [seeds, layers, heads,
-  F]``, with ``drift_median [seeds, layers, heads]``, the median over
-  frequencies of ``|log(θ/θ₀)|`` from the PE's initial frequencies."""
-  name = "frequencies"
-
-  def open(self, session):
-    cfg = session.rc.model
-    self.param, self.theta0 = cfg.encoding.frequency_param, cfg.encoding.frequencies(cfg)
-
-  def row(self, ev):
-    blocks = ev.states["params"]["blocks"]
-    theta = np.stack([np.asarray(devices.fetch(blocks[i][self.param]), np.float64)
-                      for i in sorted(blocks, key=int)], axis=1)  # [seeds, layers, heads, F]
-    drift = np.median(spectral.frequency_drift(theta, self.theta0), axis=-1)
-    return {"step": ev.step, "theta": theta.tolist(), "drift_median": drift.tolist()}
-
-
-class CurvatureRecorder(JsonlRecorder):
-  """``curvature.jsonl``: the loss curvature on ``num`` fixed training examples."""
-  name, allow_nan = "curvature", False
-
-  def __init__(self, num: int):
-    self.num = num
-
-  def open(self, session):
-    arr = session.arrays
-    if session.rc.task.is_lm:  # fixed training windows: inputs and their next tokens
-      w = arr["sub_ids"][:self.num]
-      self.ids, self.labels = w[:, :-1], w[:, 1:]
-    else:
-      self.ids, self.labels = arr["train_ids"][:self.num], arr["train_labels"][:self.num]
-
-  def row(self, ev):
-    return _curvature_record(ev.session.steps, ev.states, self.ids, self.labels, ev.step)
-
-
-def _train_loop(session: _Session, ckpt, states, step: int, elapsed: float, records: list, *,
-                eval_every: int, hooks: Hooks, recorders) -> list:
-  """Chunks of ``eval_every`` steps from ``step`` to the end, each followed by
-  an evaluation, the recorders and a checkpoint. Returns every evaluation's
-  metrics row; raises :class:`NonFiniteLossError` or :class:`Interrupted`."""
-  steps, keys, arr = session.steps, session.keys, session.arrays
-  total = steps.total_steps
-  chunk, fetch = train_lib.jit_chunk(steps), devices.fetch
-  first = True  # this session's first chunk: its calls compile
-  spent_s, spent_steps = 0.0, 0  # this session's measured chunks, for the ETA
-  while step < total:
-    t0 = time.time()
-    k = min(eval_every, total - step)
-    states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"], num_steps=k)
-    # A jitted call traces and compiles before it returns; the execution
-    # itself is asynchronous (``fetch`` waits for it, polling, so that
-    # Ctrl-C is handled at once). The calls' own time is compilation.
-    compile_s = time.time() - t0
-    losses = fetch(losses)  # [seeds, k]
-    _check_finite(session, ckpt, states, losses, step, k)
-    step += k
-    t1 = time.time()
-    test_acc, test_loss, train_acc = _evaluate(session, states)
-    compile_s += time.time() - t1
-    dt = time.time() - t0
-    elapsed += dt
-    rec = {"step": step, "epoch": step / steps.steps_per_epoch,
-           "examples_seen": step * session.rc.train.batch_size,  # per seed
-           "train_loss": losses.mean(1).tolist(),
-           "test_loss": np.asarray(test_loss).tolist(),
-           "test_accuracy": np.asarray(test_acc).tolist(),
-           "train_accuracy": np.asarray(train_acc).tolist(),
-           "elapsed": elapsed}
-    rec = {key: json_safe(v) for key, v in rec.items()}
-    records.append(rec)
-    t_rec = time.time()
-    ev = Evaluation(session, step, step - k, states, losses, rec, {})
-    for r in recorders:
-      r.record(ev)
-    rec_s = time.time() - t_rec  # the recorders (a first spectra/curvature call compiles)
-    ckpt.save(step, states, {"step": step, "elapsed": elapsed})
-    if hooks.on_checkpoint is not None:
-      hooks.on_checkpoint(step)
-    if hooks.should_stop is not None and hooks.should_stop() and step < total:
-      ckpt.wait()
-      raise Interrupted(step)
-    if hooks.progress:
-      # Measured work only: the first chunk's compilation is left out (and
-      # so is its recording, which also compiles; later chunks count it).
-      run_s = max(dt - compile_s, 1e-9)
-      chunk_s = run_s + (0.0 if first else rec_s)
-      # the ETA at this session's mean pace, so that one chunk slowed (or
-      # sped) by a neighbour on a shared machine does not swing it
-      spent_s, spent_steps = spent_s + chunk_s, spent_steps + k
-      hooks.progress({"step": step, "total": total, "steps_per_s": k / run_s,
-                      "eta_s": (total - step) * spent_s / spent_steps, "chunk_s": chunk_s,
-                      "compile_s": compile_s if first else None,
-                      "loss_mean": float(losses.mean()),
-                      "loss_std": float(losses.mean(1).std()),
-                      "test_accuracy_mean": float(np.mean(test_acc)),
-                      "test_loss_mean": float(np.mean(test_loss)),
-                      "train_accuracy_mean": float(np.mean(train_acc))})
-    first = False
-  return records
-
+  def row(self, losses, test_acc, test_loss, train_acc, *, step, total, k, dt, compile_s,
+          rec_s) -> dict:
+    run_s = max(dt - compile_s, 1e-9)
+    chunk_s = run_s + (0.0 if self.first else rec_s)
+    self.spent_s, self.spent_steps = self.spent_s + chunk_s, self.spent_steps + k
+    return {"step": step, "total": total, "steps_per_s": k / run_s,
+            "eta_s": (total - step) * self.spent_s / self.spent_steps, "chunk_s": chunk_s,
+            "compile_s": compile_s if self.first else None,
+            "loss_mean": float(losses.mean()),
+            "loss_std": float(losses.mean(1).std()),
+            "test_accuracy_mean": float(np.mean(test_acc)),
+            "test_loss_mean": float(np.mean(test_loss)),
+            "train_accuracy_mean": float(np.mean(train_acc))}
 
 def _check_finite(session, ckpt, states, losses, step: int, k: int) -> None:
   """Losses are measured before each update, so the last update of a chunk
