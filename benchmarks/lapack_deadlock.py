@@ -33,11 +33,9 @@ import sys
 import tempfile
 import time
 
-from pe_spectral.runtime import xla_config
+from absl import app, flags
 
-xla_config.tune_cpu()  # the flags every entry point and the test suite run with
-
-from absl import app, flags  # noqa: E402
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("iters", 1000, "Programs run per variant.")
@@ -136,4 +134,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, compile_cache=False)  # sets XLA's CPU flags first

@@ -32,15 +32,12 @@ import platform
 import sys
 import time
 
-from pe_spectral.runtime import xla_config
+import jax
+import numpy as np
+from absl import app, flags
 
-xla_config.tune_cpu()
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-from benchmarks.flops import matmul_flops, matmul_peak, timed  # noqa: E402
+from benchmarks.flops import matmul_flops, matmul_peak, timed
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "cpu", "Preset of the lm task (cpu: lm_cpu, paper: lm_gpu).")
@@ -202,4 +199,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, compile_cache=False)  # sets XLA's CPU flags first

@@ -22,13 +22,9 @@ import dataclasses
 import itertools
 import sys
 
-from pe_spectral.runtime import xla_config
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
+from experiments import cli
 
 
 def _define_flags() -> None:

@@ -11,15 +11,16 @@ import tempfile
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def one_seed_training(label: str, env: dict, steps: int, log) -> dict:
+def one_seed_training(label: str, env: dict, steps: int, log, args=()) -> dict:
   """``benchmarks.run``'s one-seed ``cpu`` RoPE row in a subprocess under
-  ``env`` (XLA reads its flags once, at start-up); RuntimeError if it fails
+  ``env`` (XLA reads its flags once, at start-up), with ``args`` added to its
+  command line; RuntimeError if it fails
   (e.g. an XLA flag this jaxlib does not know)."""
   out = os.path.join(tempfile.mkdtemp(prefix="one-seed-"), "run.json")
   cmd = [sys.executable, "-m", "benchmarks.run", "--presets=cpu", "--pes=rope",
          "--seeds=1", "--torch=false", "--ablation=false", "--seed_groups=",
          "--overhead_batches=", "--small_batch=0", "--attention_impls=",
-         f"--steps={steps}", f"--out={out}"]
+         f"--steps={steps}", f"--out={out}", *args]
   log(f"[{label}] {' '.join(cmd[1:])}")
   res = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True)
   if res.returncode != 0:

@@ -34,16 +34,13 @@ import json
 import os
 import time
 
-from pe_spectral.runtime import xla_config
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags, logging
 
-xla_config.tune_cpu()
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from benchmarks.flops import matmul_flops, matmul_peak, timed  # noqa: E402
+from benchmarks.flops import matmul_flops, matmul_peak, timed
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("presets", "cpu,paper", "Presets to time.")
@@ -326,4 +323,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, compile_cache=False)  # sets XLA's CPU flags first

@@ -13,15 +13,12 @@ import os
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pe_spectral.pe import spectral as S
 from pe_spectral.runtime import xla_config
-
-xla_config.tune_cpu()
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from pe_spectral.pe import spectral as S  # noqa: E402
 
 
 def _best(f, *args, reps=3):
@@ -66,4 +63,5 @@ def main(out="benchmarks/out/spectral.json"):
 
 
 if __name__ == "__main__":
+  xla_config.tune_cpu()  # before the first computation
   main(*sys.argv[1:2])

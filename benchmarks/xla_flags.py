@@ -44,17 +44,15 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _env(name: str) -> dict:
-  extra, ynn_on = SETTINGS[name]
   env = dict(os.environ)
-  if ynn_on:
-    env["PE_SPECTRAL_XLA_TUNING"] = "0"
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + extra).strip()
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + SETTINGS[name][0]).strip()
   return env
 
 
 def _train(name: str, steps: int, log) -> dict:
   try:
-    row = one_seed_training(name, _env(name), steps, log)
+    row = one_seed_training(name, _env(name), steps, log,
+                            ["--xla_cpu_tuning=false"] if SETTINGS[name][1] else [])
   except RuntimeError as e:
     last = str(e).strip().splitlines()[-1][:500]
     log(f"[{name}] failed: {last[:200]}")

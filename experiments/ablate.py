@@ -16,16 +16,12 @@ import os
 import sys
 import time
 
-from pe_spectral.runtime import xla_config
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
-from pe_spectral.pe import encodings  # noqa: E402
+from experiments import cli
+from pe_spectral.pe import encodings
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "

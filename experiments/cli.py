@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import jax
 from absl import app, flags
 
-from pe_spectral.runtime import memory
+from pe_spectral.runtime import memory, xla_config
 from pe_spectral.runtime.errors import Remedy, RunError
 from pe_spectral.training import config
 
@@ -197,12 +197,21 @@ def _use_compile_cache(flag_value: Optional[str]) -> None:
   jax.config.update("jax_compilation_cache_dir", path)
 
 
-def run(main: Callable[[list], int]) -> None:
+def run(main: Callable[[list], int], *, compile_cache: bool = True) -> None:
   """``app.run(main)``; absl's exit 1 for flag errors becomes 2, for help 0.
-  Every program gets ``--compile_cache`` (JAX's persistent compilation cache:
-  :func:`compile_cache_dir`)."""
+
+  The program's entry point: every program gets ``--xla_cpu_tuning`` (the
+  measured-faster XLA:CPU flags, :func:`xla_config.tune_cpu`, set before
+  ``main`` computes anything) and, with ``compile_cache``, ``--compile_cache``
+  (JAX's persistent compilation cache: :func:`compile_cache_dir`; the
+  benchmarks, which time compilation, go without)."""
   started = []
-  if "compile_cache" not in flags.FLAGS:
+  if "xla_cpu_tuning" not in flags.FLAGS:
+    flags.DEFINE_bool(
+        "xla_cpu_tuning", True,
+        "Run with the XLA:CPU flags measured faster for these models (pe_spectral/runtime/"
+        "xla_config.py: YNN fusions off); false leaves XLA's defaults. No effect off the CPU.")
+  if compile_cache and "compile_cache" not in flags.FLAGS:
     flags.DEFINE_string(
         "compile_cache", None,
         "Folder of JAX's persistent compilation cache (reruns of the same program skip "
@@ -211,7 +220,9 @@ def run(main: Callable[[list], int]) -> None:
 
   def wrapped(argv):
     started.append(True)
-    _use_compile_cache(flags.FLAGS.compile_cache)
+    xla_config.tune_cpu(flags.FLAGS.xla_cpu_tuning)  # before anything computes
+    if compile_cache:
+      _use_compile_cache(flags.FLAGS.compile_cache)
     try:
       return main(argv)
     except app.UsageError as e:

@@ -17,14 +17,10 @@ import json
 import os
 import sys
 
-from pe_spectral.runtime import xla_config
+import numpy as np
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "A sweep workdir (config.json + ckpt/), or a "

@@ -38,15 +38,11 @@ import os
 import sys
 import time
 
-from pe_spectral.runtime import xla_config
+import numpy as np
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
-from pe_spectral.pe import encodings, positional  # noqa: E402
+from experiments import cli
+from pe_spectral.pe import encodings, positional
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workdir", None, "Finished sweep workdirs (comma list).")

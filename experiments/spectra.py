@@ -30,20 +30,16 @@ import os
 import sys
 import time
 
-from pe_spectral.runtime import xla_config
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
-from pe_spectral.nn.model import ModelConfig  # noqa: E402
-from pe_spectral.pe import encodings  # noqa: E402
-from pe_spectral.pe import spectral as S  # noqa: E402
-from pe_spectral.training.config import MODEL_PRESETS as PRESETS  # noqa: E402
+from experiments import cli
+from pe_spectral.nn.model import ModelConfig
+from pe_spectral.pe import encodings
+from pe_spectral.pe import spectral as S
+from pe_spectral.training.config import MODEL_PRESETS as PRESETS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "all", "Comma list of registered PEs, or 'all': "

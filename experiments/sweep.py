@@ -24,17 +24,13 @@ import sys
 import tempfile
 import time
 
-from pe_spectral.runtime import xla_config
+from absl import app, flags, logging
 
-xla_config.tune_cpu()  # must precede JAX's backend initialisation
-
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
-from pe_spectral.data import corpus, tasks  # noqa: E402
-from pe_spectral.pe import encodings  # noqa: E402
-from pe_spectral.runtime.timefmt import minutes_seconds  # noqa: E402
-from pe_spectral.training import config as configs  # noqa: E402
+from experiments import cli
+from pe_spectral.data import corpus, tasks
+from pe_spectral.pe import encodings
+from pe_spectral.runtime.timefmt import minutes_seconds
+from pe_spectral.training import config as configs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pe", "rope", "PE name or comma list; one of: "

@@ -37,7 +37,7 @@ case "${1:-}" in
 esac
 LOG=${1:-benchmarks/device/gpu-check-$(date +%Y-%m-%d).log}
 PY=${PYTHON:-python3}
-export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TUNING=0
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 if [ "$DRY_RUN" -eq 0 ]; then
   mkdir -p "$(dirname "$LOG")"
   exec > >(tee -a "$LOG") 2>&1

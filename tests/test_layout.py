@@ -172,17 +172,17 @@ def test_every_from_import_of_the_project_resolves():
   assert bad == []
 
 
-# A library module that may import the project inside a function, and why:
-# xla_config runs before JAX is imported, so it reaches the JAX-importing
-# speed module only when asked.
-_LAZY_ON_PURPOSE = {"pe_spectral.runtime.xla_config"}
+# A library module that may import the project inside a function, and why
+# (none today: xla_config, which a program calls before JAX starts, imports
+# nothing of the project).
+_LAZY_ON_PURPOSE: set = set()
 
 
 @pytest.mark.parametrize("package", ["pe_spectral", "studies"])
 def test_no_project_import_hides_in_a_function(package):
   """The library and the study import one another at the top of a module
-  (there is no cycle left to hide from; the programs keep theirs deferred so
-  that flags and XLA options come before JAX)."""
+  (there is no cycle left to hide from; XLA's options are set by the
+  programs' entry point, experiments.cli.run, before anything computes)."""
   bad = []
   for module, path in sorted(_modules(package).items()):
     if module in _LAZY_ON_PURPOSE:

@@ -1,34 +1,34 @@
 """The CPU speed layer's one switch.
 
-Four pieces make training faster on XLA:CPU without changing what is computed
+Three pieces make training faster on XLA:CPU without changing what is computed
 (beyond float rounding; benchmarks/README.md has the measurements):
 
 * :func:`attention.attention` differentiates through a hand-written VJP;
 * :func:`attention.add_bias` (used by :class:`attention.Linear`) gives the
   bias gradient as one matrix-vector product;
 * :func:`rng.bernoulli` draws dropout bits equal to ``jax.random.bernoulli``
-  without its slower lowering;
-* :func:`xla_config.tune_cpu` turns off an XLA:CPU fusion that is slower here.
+  without its slower lowering.
 
-With the switch off -- ``PE_SPECTRAL_FAST=0`` in the environment, or inside
-``with speed.reference():`` -- every piece takes its plain path: autodiff
+A fourth, :func:`xla_config.tune_cpu`, is an XLA:CPU flag that a program sets
+when it starts (its argument says whether).
+
+Inside ``with speed.reference():`` every piece takes its plain path: autodiff
 through ``jnp`` (so ``jax.jvp`` / ``jax.jacfwd`` work; the custom VJPs do not
-support forward mode), ``y + b``, ``jax.random.bernoulli``, no XLA flag. The
-equality tests (tests/test_attention.py) hold the fast path to the reference.
+support forward mode), ``y + b``, ``jax.random.bernoulli``. The equality tests
+(tests/test_attention.py) hold the fast path to the reference. Only code
+chooses the path -- no environment variable or import order does.
 
 The switch is read when a function is traced: a function already compiled
-keeps the path it was traced with. ``xla_config.tune_cpu`` reads it once,
-before JAX starts.
+keeps the path it was traced with.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 
 __all__ = ["enabled", "reference", "cache_per_path"]
 
-_enabled = os.environ.get("PE_SPECTRAL_FAST", "1") != "0"
+_enabled = True
 
 
 def enabled() -> bool:

@@ -4,13 +4,14 @@ jaxlib 0.10's XLA:CPU fuses small attention matmuls into YNNPACK fusions that
 run 2-3x slower than XLA's own dot emitter here (measured: one forward pass of
 the ``cpu`` preset on 1000 sequences, 709 ms with them, 340 ms without; 8
 vmapped seeds 7.2 s vs 2.6 s; see benchmarks/). :func:`tune_cpu` turns them
-off by setting ``XLA_FLAGS`` -- it must run before JAX initialises its CPU
-backend (i.e. before the first computation), so entry points call it at import.
+off by setting ``XLA_FLAGS``. XLA reads its flags once, when JAX starts its
+backend (the first computation, not ``import jax``), so a program's entry point
+calls it first thing in ``main`` (``experiments.cli.run`` does, as each
+program's flags ask); a call after the backend has started
+raises instead of being silently ignored.
 
 Only applied for jaxlib versions where the flag is known to exist (an unknown
-XLA flag aborts the process). Part of the CPU speed layer: ``PE_SPECTRAL_FAST=0``
-(:mod:`pe_spectral.runtime.speed`) turns it off with the rest; ``PE_SPECTRAL_XLA_TUNING=0``
-turns off only this flag.
+XLA flag aborts the process).
 """
 from __future__ import annotations
 
@@ -27,17 +28,36 @@ def _jaxlib_version() -> tuple[int, ...]:
     return (0, 0)
 
 
-def tune_cpu() -> bool:
-  """Appends the CPU flag to ``XLA_FLAGS`` when safe. Returns True if applied."""
-  from pe_spectral.runtime import speed
-  if os.environ.get("PE_SPECTRAL_XLA_TUNING", "1") == "0" or not speed.enabled():
-    return False
-  if not (0, 10) <= _jaxlib_version() < (0, 12):
+def tune_cpu(enabled: bool = True) -> bool:
+  """Appends the CPU flag to ``XLA_FLAGS`` when ``enabled`` and safe (this
+  jaxlib knows it; nobody set it already). Returns True if the flag is in
+  ``XLA_FLAGS``. RuntimeError if it would change them after JAX's backend
+  started (XLA would never read them)."""
+  if not enabled or not (0, 10) <= _jaxlib_version() < (0, 12):
     return False
   flags = os.environ.get("XLA_FLAGS", "")
-  if "xla_cpu_experimental_ynn_fusion_type" not in flags:
-    os.environ["XLA_FLAGS"] = (flags + " " + _YNN_OFF).strip()
+  if "xla_cpu_experimental_ynn_fusion_type" in flags:
+    return True
+  if _backend_started():
+    raise RuntimeError("xla_config.tune_cpu() was called after JAX started its backend, "
+                       "which has read XLA_FLAGS already: call it before the first "
+                       "computation")
+  os.environ["XLA_FLAGS"] = (flags + " " + _YNN_OFF).strip()
   return True
+
+
+def _backend_started() -> bool:
+  """Whether JAX has started a backend (and so read ``XLA_FLAGS``); False when
+  JAX is not imported yet. JAX has no public query for it: if its private one
+  moves, this says False and the flag is set as before."""
+  import sys
+  if "jax" not in sys.modules:
+    return False
+  try:
+    from jax._src import xla_bridge
+    return bool(xla_bridge.backends_are_initialized())
+  except (ImportError, AttributeError):  # pragma: no cover - a JAX without the query
+    return False
 
 
 def isa_env(isa: str, base=None) -> dict:

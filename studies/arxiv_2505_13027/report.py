@@ -29,20 +29,16 @@ import sys
 import time
 from typing import Optional
 
-from pe_spectral.runtime import xla_config
+import numpy as np
+from absl import app, flags, logging
 
-xla_config.tune_cpu()
-
-import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from experiments import cli  # noqa: E402
-from pe_spectral.analysis import ceilings, plotting, stats  # noqa: E402
-from pe_spectral.analysis.ablation import scores_of_drops  # noqa: E402
-from pe_spectral.data import tasks  # noqa: E402
-from pe_spectral.training import config as configs  # noqa: E402
-from studies.arxiv_2505_13027 import RESULTS, ROOT  # noqa: E402
-from studies.arxiv_2505_13027 import presets as _presets  # noqa: E402,F401 (registers them)
+from experiments import cli
+from pe_spectral.analysis import ceilings, plotting, stats
+from pe_spectral.analysis.ablation import scores_of_drops
+from pe_spectral.data import tasks
+from pe_spectral.training import config as configs
+from studies.arxiv_2505_13027 import RESULTS, ROOT
+from studies.arxiv_2505_13027 import presets as _presets  # noqa: F401 (registers them)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("runs", os.path.join(RESULTS, "runs"),

@@ -29,7 +29,7 @@ require_positive_int "$BUDGET" "BUDGET_S"
 [ "$BUDGET" -ge 240 ] || die "BUDGET_S must be at least 240, got $BUDGET"
 if [ -n "${RUNS:-}" ]; then which=(--only="$RUNS"); else which=(--priority_max=1); fi
 PY=${PYTHON:-python3}
-export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TUNING=0
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1
 mkdir -p runs/logs

@@ -19,8 +19,7 @@ OUT_DIR=${3:-}
 require_positive_int "$BUDGET" "BUDGET_S"
 require_positive_int "$WORKERS" "WORKERS"
 PY=${PYTHON:-python3}
-# PE_SPECTRAL_XLA_TUNING=0: the CPU-only XLA flag is not needed on a GPU.
-export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PE_SPECTRAL_XLA_TUNING=0
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 
 SECONDS=0
 run_or_print "$PY" -c "import jax; print(jax.__version__, jax.devices())" || exit 1
