@@ -1,8 +1,10 @@
 """Statistics for many-seed runs: convergence, bootstrap intervals, paired tests.
 
-Everything here is plain NumPy on small per-seed arrays (a run has a handful
-of seeds), deterministic (fixed resampling seed) so a report rebuilt from the
-same files prints the same numbers.
+Everything here works on small per-seed arrays (a run has a handful of seeds)
+and is deterministic (fixed resampling seed) so a report rebuilt from the same
+files prints the same numbers. The resampling is scipy.stats' (``bootstrap``,
+``permutation_test``, ``spearmanr``); what is written here is the choice of
+method and the edge cases scipy refuses (one value, a degenerate resample).
 
 * :func:`plateau` -- the convergence criterion a finished run is judged by;
 * :func:`bootstrap_mean_ci` -- percentile-bootstrap CI of a mean (no normality
@@ -15,10 +17,11 @@ same files prints the same numbers.
 """
 from __future__ import annotations
 
-import itertools
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
+from scipy import stats as sps
 
 __all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
            "paired", "sign_flip_pvalue", "verdict", "loss_spikes",
@@ -79,38 +82,41 @@ def plateau(records: Sequence[dict], *, metric: str = "train_accuracy",
 
 def bootstrap_mean_ci(x, *, level: float = 0.95,
                       resamples: int = _RESAMPLES) -> tuple[float, float, float]:
-  """``(mean, lo, hi)``: the mean and its percentile-bootstrap CI.
+  """``(mean, lo, hi)``: the mean and its percentile-bootstrap CI
+  (``scipy.stats.bootstrap``, ``method="percentile"``: the interval stays
+  inside the data's range, which BCa, scipy's default, does not promise).
 
-  Deterministic (fixed resampling seed). One value gives ``lo = hi = mean``.
+  Deterministic (fixed resampling seed). One value gives ``lo = hi = mean``;
+  equal values give their value (scipy warns of a degenerate distribution).
   """
   x = np.asarray(x, float).ravel()
   if x.size == 0 or not np.isfinite(x).all():
     raise ValueError("bootstrap_mean_ci needs finite values")
   m = float(x.mean())
-  if x.size == 1:
+  if x.size == 1 or np.ptp(x) == 0:
     return m, m, m
-  rng = np.random.default_rng(_RNG_SEED)
-  idx = rng.integers(0, x.size, size=(resamples, x.size))
-  means = x[idx].mean(axis=1)
-  a = (1.0 - level) / 2
-  lo, hi = np.quantile(means, [a, 1 - a])
-  return m, float(lo), float(hi)
+  res = sps.bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=level,
+                      method="percentile", random_state=np.random.default_rng(_RNG_SEED))
+  return m, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def sign_flip_pvalue(d) -> float:
   """Exact two-sided sign-flip permutation p-value for mean(d) = 0.
 
   Under the null each per-seed difference is as likely negative as positive;
-  all 2^n sign patterns are enumerated (n <= 20).
+  ``scipy.stats.permutation_test`` enumerates all 2^n sign patterns (one
+  sample, ``permutation_type="samples"``, ``n_resamples=inf``; 1 <= n <= 20).
   """
   d = np.asarray(d, float).ravel()
   n = d.size
   if n == 0 or n > 20:
     raise ValueError(f"sign_flip_pvalue needs 1..20 values, got {n}")
-  obs = abs(d.mean())
-  signs = np.asarray(list(itertools.product((1.0, -1.0), repeat=n)))
-  stats = np.abs(signs @ d) / n
-  return float(np.mean(stats >= obs - 1e-12))
+  if n == 1:  # both sign patterns have |mean| = |d| (scipy asks for two values)
+    return 1.0
+  res = sps.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+                             permutation_type="samples", n_resamples=np.inf,
+                             alternative="two-sided")
+  return float(res.pvalue)
 
 
 def paired(a, b, *, seeds_a: Optional[Sequence[int]] = None,
@@ -207,26 +213,28 @@ def examples_to_threshold(records: Sequence[dict], *, frac: float = 0.9,
 
 
 def spearman(x, y) -> float:
-  """Spearman rank correlation (average ranks for ties)."""
-  from scipy.stats import rankdata
-  rx, ry = rankdata(x), rankdata(y)
-  if np.std(rx) == 0 or np.std(ry) == 0:
+  """Spearman rank correlation (``scipy.stats.spearmanr``: average ranks for
+  ties); NaN when either side is constant."""
+  if np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
     return float("nan")
-  return float(np.corrcoef(rx, ry)[0, 1])
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", sps.ConstantInputWarning)
+    return float(sps.spearmanr(x, y).statistic)
 
 
 def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMPLES,
                           seed: int = _RNG_SEED):
   """``(rho, lo, hi)``: Spearman's rho and its percentile-bootstrap CI over
-  resampled (x, y) pairs (degenerate resamples dropped)."""
+  resampled (x, y) pairs, degenerate resamples (one value repeated) dropped --
+  which ``scipy.stats.bootstrap`` cannot do (a NaN statistic makes its interval
+  NaN), so the resampling is written here, on scipy's ``rankdata``."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   if x.shape != y.shape or x.ndim != 1 or len(x) < 3:
     raise ValueError(f"x and y must be equal-length 1-D with >= 3 points, got "
                      f"{x.shape} and {y.shape}")
-  from scipy.stats import rankdata
   rng = np.random.default_rng(seed)
   idx = rng.integers(0, len(x), size=(resamples, len(x)))
-  rx, ry = rankdata(x[idx], axis=1), rankdata(y[idx], axis=1)  # ranks within each resample
+  rx, ry = sps.rankdata(x[idx], axis=1), sps.rankdata(y[idx], axis=1)  # ranks within each resample
   rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
   den = np.sqrt((rx ** 2).sum(1) * (ry ** 2).sum(1))
   ok = den > 0  # degenerate resamples (all one value) have no correlation
