@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
+from pe_spectral.pe import spectral
+
 __all__ = ["hvp", "lanczos", "top_hessian_eigs", "hutchinson_trace",
            "preconditioned_sharpness", "adam_preconditioner", "curvature_summary"]
 
@@ -55,13 +57,11 @@ def _flat_operator(loss_fn, params, scale=None):
 
 def lanczos(matvec: Callable, dim: int, num_iters: int, key: jax.Array,
             dtype=jnp.float32):
-  """Lanczos tridiagonalisation of a symmetric ``[dim, dim]`` operator with
-  full reorthogonalisation (two Gram-Schmidt passes per step).
-
-  An exhausted Krylov space (``β`` below ``1e-6`` of the largest ``|α|, β``
-  seen) restarts from a fresh random vector orthogonal to the basis, with
-  ``β = 0`` in ``T``: the Ritz values stay eigenvalues of the operator's
-  restriction, never artefacts of a zero vector.
+  """Lanczos tridiagonalisation of a symmetric ``[dim, dim]`` operator from a
+  random start (``key``): :func:`pe_spectral.pe.spectral.lanczos`, the
+  package's one Lanczos (full reorthogonalisation; an exhausted Krylov space
+  restarts from a fresh random vector orthogonal to the basis, with ``β = 0``
+  in ``T``).
 
   Returns ``(alphas [m], betas [m-1], basis [m, dim])`` with
   ``m = min(num_iters, dim)``.
@@ -69,39 +69,8 @@ def lanczos(matvec: Callable, dim: int, num_iters: int, key: jax.Array,
   m = int(min(num_iters, dim))
   if m < 1:
     raise ValueError(f"num_iters must be >= 1, got {num_iters}")
-  keys = jax.random.split(key, m + 1)
-
-  def unit(x):
-    return x / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(dtype).tiny)
-
-  def orthogonalise(w, basis):
-    for _ in range(2):  # twice is enough (Kahan-Parlett)
-      w = w - basis.T @ (basis @ w)
-    return w
-
-  v0 = unit(jax.random.normal(keys[0], (dim,), dtype))
-  basis0 = jnp.zeros((m, dim), dtype).at[0].set(v0)
-
-  def body(j, carry):
-    basis, alphas, betas, scale = carry
-    v = basis[j]
-    w = matvec(v)
-    a = jnp.vdot(v, w)
-    w = orthogonalise(w, basis)  # rows > j are zero: only the filled basis counts
-    b = jnp.linalg.norm(w)
-    scale = jnp.maximum(scale, jnp.maximum(jnp.abs(a), b))
-    exhausted = b <= 1e-6 * scale
-    fresh = unit(orthogonalise(jax.random.normal(keys[j + 1], (dim,), dtype), basis))
-    nxt = jnp.where(exhausted, fresh, w / jnp.maximum(b, jnp.finfo(dtype).tiny))
-    alphas = alphas.at[j].set(a)
-    betas = betas.at[j].set(jnp.where(exhausted, 0.0, b))
-    basis = jnp.where(j + 1 < m, basis.at[jnp.minimum(j + 1, m - 1)].set(nxt), basis)
-    return basis, alphas, betas, scale
-
-  basis, alphas, betas, _ = jax.lax.fori_loop(
-      0, m, body, (basis0, jnp.zeros((m,), dtype), jnp.zeros((m,), dtype),
-                   jnp.zeros((), dtype)))
-  return alphas, betas[:m - 1], basis
+  start, restarts = jax.random.split(key)
+  return spectral.lanczos(matvec, jax.random.normal(start, (dim,), dtype), m, key=restarts)
 
 
 def _tridiagonal(alphas, betas):

@@ -44,7 +44,7 @@ __all__ = [
     "toeplitz", "toeplitz_coeffs", "toeplitz_from_coeffs", "toeplitz_matvec",
     "make_toeplitz_matvec",
     "symbol", "symbol_grid", "toeplitz_eig_bounds", "toeplitz_gershgorin_bounds",
-    "gershgorin_bounds", "gershgorin_discs", "power_iteration", "lanczos_ritz",
+    "gershgorin_bounds", "gershgorin_discs", "power_iteration", "lanczos", "lanczos_ritz",
     # bounds
     "hadamard_bounds", "hadamard_bounds_dense", "hadamard_norm_bound",
     "weyl_bounds", "spread_bounds",
@@ -311,35 +311,41 @@ def power_iteration(matvec: Callable, v0, num_steps: int):
   return jnp.real(_vdot(v, matvec(v))), v
 
 
-def lanczos_ritz(matvec: Callable, v0, num_steps: int):
-  """Ritz values (ascending) of ``num_steps`` Lanczos steps, full reorthogonalisation.
+def lanczos(matvec: Callable, v0, num_steps: int, *, key: Optional[jax.Array] = None):
+  """Lanczos tridiagonalisation of a Hermitian operator, full reorthogonalisation.
 
-  The Ritz values are eigenvalues of ``V* T V`` with orthonormal ``V``, so they
-  lie in ``[λ_min, λ_max]`` (Poincaré separation): inner bounds that, with
-  :func:`toeplitz_eig_bounds`, bracket the extremes using only mat-vecs.
-  ``matvec`` maps ``[n] -> [n]`` (e.g. ``make_toeplitz_matvec(col)``);
-  ``num_steps <= n``. On breakdown (an invariant subspace found) the basis is
-  continued with a fixed pseudo-random vector, which keeps the guarantee.
+  ``matvec`` maps ``[n] -> [n]``; ``v0 [n]`` starts the Krylov space
+  (normalised here); ``1 <= num_steps <= n``. Each step is the three-term
+  recurrence followed by two Gram-Schmidt passes against the whole basis
+  (twice is enough: Kahan-Parlett). On breakdown (an invariant subspace found:
+  ``β`` below ``100 ε`` of the largest ``|α| + β`` seen) the basis continues
+  from a pseudo-random vector (``fold_in(key, j)``, default ``key(0)``)
+  orthogonal to it, with ``β = 0`` in ``T``: the Ritz values stay eigenvalues
+  of the operator's restriction to an orthonormal basis, never artefacts of a
+  zero vector. The one Lanczos of the package (the Toeplitz spectra here, the
+  Hessian's in ``analysis/curvature.py``).
+
+  Returns ``(alphas [m], betas [m-1], basis [m, n])``, ``m = num_steps``:
+  ``T = tridiag(betas, alphas, betas)``, and ``basis`` is orthonormal.
   """
   v0 = jnp.asarray(v0)
   n = v0.shape[-1]
   if not 1 <= num_steps <= n:
     raise ValueError(f"num_steps must be in [1, n={n}], got {num_steps}")
+  key = jax.random.key(0) if key is None else key
   dtype = v0.dtype
   real_dtype = jnp.real(jnp.zeros((), dtype)).dtype
   tiny = 100 * jnp.finfo(real_dtype).eps
 
-  def orthogonalise(w, basis):
-    # One full pass after the three-term recurrence (rows not yet filled are 0).
-    return w - basis.T @ (jnp.conj(basis) @ w)
+  def orthogonalise(w, basis):  # rows not yet filled are 0
+    for _ in range(2):
+      w = w - basis.T @ (jnp.conj(basis) @ w)
+    return w
 
-  def restart(j, basis):
-    r = jax.random.normal(jax.random.fold_in(jax.random.key(0), j), (n,),
-                          real_dtype).astype(dtype)
-    r = orthogonalise(orthogonalise(r, basis), basis)
-    return r / jnp.linalg.norm(r)
+  def unit(x):
+    return x / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(real_dtype).tiny)
 
-  basis = jnp.zeros((num_steps, n), dtype).at[0].set(v0 / jnp.linalg.norm(v0))
+  basis = jnp.zeros((num_steps, n), dtype).at[0].set(unit(v0))
 
   def body(j, carry):
     basis, alphas, betas, scale = carry
@@ -352,18 +358,32 @@ def lanczos_ritz(matvec: Callable, v0, num_steps: int):
     beta = jnp.linalg.norm(w)
     scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
     broke = beta <= tiny * jnp.maximum(scale, 1e-30)
-    w_next = jax.lax.cond(broke, lambda: restart(j, basis),
+    w_next = jax.lax.cond(broke, lambda: unit(orthogonalise(jax.random.normal(
+        jax.random.fold_in(key, j), (n,), real_dtype).astype(dtype), basis)),
                           lambda: w / jnp.where(broke, 1.0, beta))
     beta = jnp.where(broke, 0.0, beta)
-    basis = jax.lax.cond(j + 1 < num_steps,
-                         lambda b: b.at[j + 1].set(w_next), lambda b: b, basis)
+    basis = jnp.where(j + 1 < num_steps,
+                      basis.at[jnp.minimum(j + 1, num_steps - 1)].set(w_next), basis)
     return basis, alphas.at[j].set(alpha), betas.at[j].set(beta), scale
 
   alphas = jnp.zeros((num_steps,), real_dtype)
   betas = jnp.zeros((num_steps,), real_dtype)
   basis, alphas, betas, _ = jax.lax.fori_loop(
       0, num_steps, body, (basis, alphas, betas, jnp.zeros((), real_dtype)))
-  tri = (jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1))
+  return alphas, betas[:-1], basis
+
+
+def lanczos_ritz(matvec: Callable, v0, num_steps: int):
+  """Ritz values (ascending) of ``num_steps`` Lanczos steps (:func:`lanczos`).
+
+  The Ritz values are eigenvalues of ``V* T V`` with orthonormal ``V``, so they
+  lie in ``[λ_min, λ_max]`` (Poincaré separation): inner bounds that, with
+  :func:`toeplitz_eig_bounds`, bracket the extremes using only mat-vecs.
+  ``matvec`` maps ``[n] -> [n]`` (e.g. ``make_toeplitz_matvec(col)``);
+  ``num_steps <= n``; a breakdown keeps the guarantee.
+  """
+  alphas, betas, _ = lanczos(matvec, v0, num_steps)
+  tri = jnp.diag(alphas) + jnp.diag(betas, 1) + jnp.diag(betas, -1)
   return jnp.linalg.eigvalsh(tri)
 
 
