@@ -64,6 +64,32 @@ def run_sweep(*args, env=None, check=True, cwd=None):
   return out
 
 
+def run_cli_batch(module: str, cases, *, env=None) -> list:
+  """Several command lines of one program (``cases``: ``(args, cwd)`` pairs) in
+  ONE process (tests/cli_batch.py): a ``subprocess.CompletedProcess`` for each,
+  with the exit status, stdout and stderr that ``python -m module *args`` in
+  ``cwd`` gives. For the command lines that fail fast, which would each pay a
+  fresh interpreter and JAX's import."""
+  import json
+  import tempfile
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  full_env = dict(os.environ, **(env or {}))
+  full_env["PYTHONPATH"] = repo + os.pathsep + full_env.get("PYTHONPATH", "")
+  payload = [{"module": module, "args": list(args), "cwd": str(cwd)} for args, cwd in cases]
+  with tempfile.TemporaryDirectory() as tmp:
+    answers = os.path.join(tmp, "answers.json")
+    out = subprocess.run([sys.executable, os.path.join(repo, "tests", "cli_batch.py"), answers],
+                         input=json.dumps(payload), capture_output=True, text=True,
+                         env=full_env, cwd=repo)
+    if out.returncode != 0:
+      raise AssertionError(f"cli_batch failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    with open(answers) as f:
+      got = json.load(f)
+  return [subprocess.CompletedProcess([sys.executable, "-m", module, *args], a["returncode"],
+                                      a["stdout"], a["stderr"])
+          for (args, _), a in zip(cases, got)]
+
+
 def assert_fast_matches_reference(loss, params, *, rtol, atol):
   """``jax.value_and_grad(loss)`` on the fast attention kernel (custom VJP)
   equals the plain-autodiff reference path (``speed.reference()``)."""

@@ -2,6 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_cli_batch
 
 from pe_spectral.analysis import ablation
 from pe_spectral.data import tasks
@@ -205,37 +206,35 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert "memory auto: --seed_group=1 --mask_chunk=1 does not fit either" in tight.stderr
   with open(os.path.join(wd, "ablation.json")) as f:
     np.testing.assert_allclose(json.load(f)["ablated"], res["ablated"], atol=1e-6)
-  share = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
-                          "--memory_fraction=1e-15"], capture_output=True, text=True)
+  # the quick command lines in one process each batch (conftest.run_cli_batch)
+  bad_flags = ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0", "--memory_fraction=0",
+               "--memory_fraction=1.5")
+  share, *bads, indivisible, nothing = run_cli_batch("experiments.ablate", [
+      ([f"--workdir={wd}", "--memory_fraction=1e-15"], tmp_path),
+      *[([f"--workdir={wd}", flag], tmp_path) for flag in bad_flags],
+      ([f"--workdir={wd}", "--seed_group=3"], tmp_path),
+      ([f"--workdir={tmp_path}/nothing"], tmp_path)])
   assert share.returncode == 0, share.stderr[-2000:]
   assert "--mask_chunk=1 does not fit either" in share.stderr
   assert "x memory_fraction=1e-15" in share.stderr
-  for flag in ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0", "--memory_fraction=0",
-               "--memory_fraction=1.5"):
-    bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}", flag],
-                         capture_output=True, text=True)
+  for flag, bad in zip(bad_flags, bads):
     assert bad.returncode == 2 and bad.stderr.startswith("error:"), (flag, bad.stderr)
-  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
-                        "--seed_group=3"], capture_output=True, text=True)
+  bad = indivisible
   assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
   assert "analysing the checkpoint" not in bad.stdout + bad.stderr  # refused before restoring
-  bad = subprocess.run([sys.executable, "-m", "experiments.ablate",
-                        f"--workdir={tmp_path}/nothing"], capture_output=True, text=True)
-  assert bad.returncode == 2 and "error:" in bad.stderr
+  assert nothing.returncode == 2 and "error:" in nothing.stderr
   # unverifiable checkpoints (both kept steps altered): refused in one line
   for step in os.listdir(os.path.join(wd, "ckpt")):
     with open(os.path.join(wd, "ckpt", step, "meta", "metadata"), "w") as f:
       f.write("{")
-  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}"],
-                       capture_output=True, text=True)
-  assert bad.returncode == 2 and "no usable checkpoint" in bad.stderr, bad.stderr[-2000:]
-  assert "Traceback" not in bad.stderr
   nockpt = tmp_path / "nockpt"  # a config but no checkpoints: refused, nothing created
   nockpt.mkdir()
   (nockpt / "config.json").write_text(open(os.path.join(wd, "config.json")).read())
-  bad = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={nockpt}"],
-                       capture_output=True, text=True)
-  assert bad.returncode == 2 and "no checkpoint" in bad.stderr
+  bad, nock = run_cli_batch("experiments.ablate", [([f"--workdir={wd}"], tmp_path),
+                                                   ([f"--workdir={nockpt}"], tmp_path)])
+  assert bad.returncode == 2 and "no usable checkpoint" in bad.stderr, bad.stderr[-2000:]
+  assert "Traceback" not in bad.stderr
+  assert nock.returncode == 2 and "no checkpoint" in nock.stderr
   assert not (nockpt / "ckpt").exists()
 
 

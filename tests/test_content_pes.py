@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_cli_batch
 
 from pe_spectral.nn import attention as A
 from pe_spectral.nn.model import ModelConfig, apply_model, init_model
@@ -384,9 +385,10 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
     assert json.load(f)["run"]["model"]["pe_module"] == str(mod)
   with open(os.path.join(wds[0], "config.json")) as f:
     assert "pe_module" not in json.load(f)["run"]["model"]  # a package PE records none
-  _cli("experiments.ablate", f"--workdir={wds[0]},{wds[2]},{wds[3]}", "--frequencies",
-       cwd=tmp_path)
-  _cli("experiments.ablate", f"--workdir={wds[1]}", cwd=tmp_path)
+  for out in run_cli_batch("experiments.ablate",  # both command lines in one process
+                           [([f"--workdir={wds[0]},{wds[2]},{wds[3]}", "--frequencies"], tmp_path),
+                            ([f"--workdir={wds[1]}"], tmp_path)]):
+    assert out.returncode == 0, out.stderr[-3000:]
   _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
   _cli("experiments.lengths", f"--workdir={','.join(wds)}", "--factors=1,2",
        "--examples=50", cwd=tmp_path)

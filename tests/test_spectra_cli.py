@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+from conftest import run_cli_batch
+
 
 def test_spectra_cli_writes_json_and_figures(tmp_path):
   out = subprocess.run([sys.executable, "-m", "experiments.spectra", "--n=16,64",
@@ -45,8 +47,8 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
 
 
 def test_spectra_cli_rejects_bad_flags(tmp_path):
-  for args in (["--pe=bogus"], ["--n=1"], ["--preset=huge"]):
-    out = subprocess.run([sys.executable, "-m", "experiments.spectra", *args,
-                          f"--outdir={tmp_path}/x"], capture_output=True, text=True)
+  bad = (["--pe=bogus"], ["--n=1"], ["--preset=huge"])  # one process (conftest.run_cli_batch)
+  for out in run_cli_batch("experiments.spectra",
+                           [([*args, f"--outdir={tmp_path}/x"], tmp_path) for args in bad]):
     assert out.returncode == 2 and "error:" in out.stderr
     assert not os.path.exists(tmp_path / "x")

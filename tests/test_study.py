@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from conftest import run_cli_batch
 
 from studies.arxiv_2505_13027 import plan as study
 
@@ -168,8 +169,13 @@ def test_run_plan_order_failure_and_deadline(tmp_path):
 
 
 def test_list_and_bad_flags(tmp_path):
-  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--list",
-                        f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+  bad_flags = (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"])
+  listed, only, *bads = run_cli_batch("studies.arxiv_2505_13027.plan", [
+      (["--list", f"--results={tmp_path}"], ROOT),
+      (["--list", "--only=distance/mla-long,distance/rope-study,distance/mla-long",
+        f"--results={tmp_path}"], ROOT),
+      *[([*bad, f"--results={tmp_path}"], ROOT) for bad in bad_flags]])
+  res = listed
   assert res.returncode == 0, res.stderr
   lines = res.stdout.strip().splitlines()
   assert lines[-1] == (f"0 of {len(study.PLAN)} committed; "
@@ -178,18 +184,12 @@ def test_list_and_bad_flags(tmp_path):
   prios = [int(line.split()[0][1:]) for line in lines[:-1]]
   assert prios == sorted(prios) and len(prios) == len(study.PLAN)  # most urgent first
   # --only runs the names in the order given (a P5 entry before a P1 one), once each
-  res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", "--list",
-                        "--only=distance/mla-long,distance/rope-study,distance/mla-long",
-                        f"--results={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+  res = only
   assert res.returncode == 0, res.stderr
   assert [line.split()[:2] for line in res.stdout.strip().splitlines()[:-1]] == [
       ["P5", "distance/mla-long"], ["P1", "distance/rope-study"]]
-  for bad in (["--seeds=3"], ["--workers=0"], ["--only=distance/bogus"], ["--preset=huge"]):
-    res = subprocess.run([sys.executable, "-m", "studies.arxiv_2505_13027.plan", *bad,
-                          f"--results={tmp_path}"], cwd=ROOT, capture_output=True,
-                         text=True)
+  for bad, res in zip(bad_flags, bads):
     assert res.returncode == 2 and res.stderr.startswith("error:"), (bad, res.stderr)
-
 
 
 def _summary(results, key, pe, acc, plateaued=8):

@@ -11,6 +11,7 @@ import time
 import jax
 import pytest
 from conftest import SWEEP_COMMON as COMMON
+from conftest import run_cli_batch
 from conftest import run_sweep as _sweep
 
 
@@ -243,7 +244,7 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     assert "No checkpoint was saved" in str(e), str(e)
 
 
-@pytest.mark.parametrize("args,msg", [
+BAD_FLAGS = [
     (["--pe=rotary"], "unknown --pe 'rotary'"),
     (["--seeds=0"], "--seeds must be >= 1"),
     (["--pe=partial_rope", "--rope_heads=9"], "rope_heads"),
@@ -278,14 +279,30 @@ def test_nonfinite_state_is_never_checkpointed(tmp_path, monkeypatch):
     (["--task=bogus"], "value should be one of"),
     (["--nosuchflag"], "Unknown command line flag"),
     (["stray"], "unexpected arguments"),
-])
-def test_bad_flags_fail_cleanly(args, msg, tmp_path):
-  cwd = tmp_path
-  out = subprocess.run([sys.executable, "-m", "experiments.sweep",
-                        "--preset=smoke", *args], capture_output=True, text=True,
-                       cwd=cwd, env=dict(os.environ))
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs(tmp_path_factory):
+  """Every BAD_FLAGS command line, each in its own empty folder, run in one
+  process (conftest.run_cli_batch): ``[(cwd, CompletedProcess)]``."""
+  root = tmp_path_factory.mktemp("bad_flags")
+  cwds = [root / str(i) for i in range(len(BAD_FLAGS))]
+  for cwd in cwds:
+    cwd.mkdir()
+  outs = run_cli_batch("experiments.sweep", [(["--preset=smoke", *args], cwd)
+                                             for (args, _), cwd in zip(BAD_FLAGS, cwds)])
+  return list(zip(cwds, outs))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_FLAGS)),
+                         ids=[" ".join(args) for args, _ in BAD_FLAGS])
+def test_bad_flags_fail_cleanly(case, bad_flag_runs):
+  msg = BAD_FLAGS[case][1]
+  cwd, out = bad_flag_runs[case]
   assert out.returncode == 2, (out.returncode, out.stderr[-1000:])
-  assert msg in out.stderr
+  assert msg in out.stderr, out.stderr[-1000:]
+  assert "Traceback" not in out.stderr
   assert not os.path.exists(cwd / "runs")  # nothing half-written
 
 
