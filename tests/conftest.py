@@ -107,6 +107,19 @@ def assert_fast_matches_reference(loss, params, *, rtol, atol):
 
 @pytest.fixture(scope="session")
 def sweep_reference(tmp_path_factory):
-  """``(workdir, CompletedProcess)`` of one uninterrupted sweep with SWEEP_COMMON."""
-  wd = str(tmp_path_factory.mktemp("ref") / "run")
-  return wd, run_sweep(*SWEEP_COMMON, f"--workdir={wd}")
+  """``(workdir, CompletedProcess)`` of one uninterrupted sweep with SWEEP_COMMON,
+  trained once for the whole session: under pytest-xdist the first worker
+  that asks trains it while the others wait on a lock (pytest-xdist's recipe
+  for session data), and they read its workdir and its output. Tests read it
+  or copy it, never change it."""
+  import fcntl
+  import json
+  base = tmp_path_factory.getbasetemp()
+  root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+  wd, saved = root / "sweep-reference" / "run", root / "sweep-reference.json"
+  with open(root / "sweep-reference.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not saved.exists():
+      out = run_sweep(*SWEEP_COMMON, f"--workdir={wd}")
+      saved.write_text(json.dumps([out.args, out.returncode, out.stdout, out.stderr]))
+  return str(wd), subprocess.CompletedProcess(*json.loads(saved.read_text()))
