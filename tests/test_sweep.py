@@ -441,23 +441,46 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(reference,
-                                                                             small_disk):
-  """A checkpoint that does not fit: the sweep says so in one line (where,
-  what it needs, what is free) and exits 1, without a traceback. Here the
-  free-space check before the save is made to pass, so the write itself runs
-  out of space mid-save (the harder case); the run after space is freed
-  removes the cut-off save and ends bit for bit as the uninterrupted run."""
-  mnt, grow = small_disk
-  wd = str(mnt / "run")
-  patched = ("import sys\n"
-             "from pe_spectral import checkpoint\n"
-             "checkpoint.Checkpointer.bytes_needed = lambda self, state: 0\n"
-             "from experiments import cli, sweep\n"
-             "sys.argv = ['sweep', *sys.argv[1:]]\n"
-             "cli.run(sweep.main)\n")
-  out = subprocess.run([sys.executable, "-c", patched, *COMMON, f"--workdir={wd}"],
-                       capture_output=True, text=True, timeout=600)
+# The sweep with the disk made full at one chosen moment: a filler file takes
+# all but FULL_DISK_LEFT bytes of the tmpfs right before the checkpoint save
+# (or the metrics row) of step FULL_DISK_STEP, so the fault lands where the
+# test means it to on every machine, whatever the other files' sizes.
+_FILL_THEN_SWEEP = """
+import os, sys
+from experiments import cli, sweep
+from pe_spectral.training import checkpoint, recorders
+filler, where, step_at, left = sys.argv[1:5]
+def fill():
+  st = os.statvfs(os.path.dirname(filler))
+  with open(filler, "wb") as f:
+    f.write(bytes(max(st.f_bavail * st.f_frsize - int(left), 0)))
+if where == "checkpoint":
+  checkpoint.Checkpointer.bytes_needed = lambda self, state: 0  # the write itself runs out
+  save = checkpoint.Checkpointer.save
+  def save_on_a_full_disk(self, step, state, meta):
+    if step == int(step_at):
+      fill()
+    return save(self, step, state, meta)
+  checkpoint.Checkpointer.save = save_on_a_full_disk
+else:
+  record = recorders.MetricsRecorder.record
+  def record_on_a_full_disk(self, ev):
+    if ev.step == int(step_at):
+      fill()
+    return record(self, ev)
+  recorders.MetricsRecorder.record = record_on_a_full_disk
+sys.argv = ["sweep", *sys.argv[5:]]
+cli.run(sweep.main)
+"""
+
+
+def _sweep_filling_the_disk(mnt, where, step, left, *args):
+  filler = str(mnt / "filler")
+  return subprocess.run([sys.executable, "-c", _FILL_THEN_SWEEP, filler, where, str(step),
+                         str(left), *args], capture_output=True, text=True, timeout=600), filler
+
+
+def _one_error_line_and_no_traceback(out) -> str:
   assert out.returncode == 1, out.stderr[-3000:]
   errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
   # no traceback: not orbax's, absl's or asyncio's, nor the "Event loop is
@@ -465,13 +488,50 @@ def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(refe
   assert len(errors) == 1, out.stderr[-3000:]
   for noise in ("Traceback", "Exception ignored", "Event loop is closed"):
     assert noise not in out.stderr, out.stderr[-3000:]
-  assert re.search(r"no space for the checkpoint of step \d+ in .*/ckpt: its write ran out "
-                   r"of space; .* MiB is free; free some space", errors[0]), errors[0]
+  return errors[0]
+
+
+def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(reference,
+                                                                             small_disk):
+  """A checkpoint that does not fit: the sweep says so in one line (where,
+  what it needs, what is free) and exits 1, without a traceback. Here the
+  free-space check before the save is made to pass and the disk fills right
+  before the save of step 18, so the write itself runs out of space mid-save
+  (the harder case); the run after space is freed removes the cut-off save
+  and ends bit for bit as the uninterrupted run."""
+  mnt, grow = small_disk
+  grow("8m")  # room for every other file: only the checkpoint's write meets a full disk
+  wd = str(mnt / "run")
+  out, filler = _sweep_filling_the_disk(mnt, "checkpoint", 18, 64 * 1024, *COMMON,
+                                        f"--workdir={wd}")
+  error = _one_error_line_and_no_traceback(out)
+  assert re.search(r"no space for the checkpoint of step 18 in .*/ckpt: its write ran out "
+                   r"of space; .* MiB is free; free some space", error), error
   assert any(d.endswith("orbax-checkpoint-tmp") for d in os.listdir(os.path.join(wd, "ckpt")))
-  grow("8m")
+  os.remove(filler)
   again = _sweep(*COMMON, f"--workdir={wd}")
   assert "cut off" in again.stderr, again.stderr[-2000:]  # the cut-off save, named and removed
   assert not any(d.endswith("tmp") for d in os.listdir(os.path.join(wd, "ckpt")))
+  rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
+                    for line in open(os.path.join(d, "metrics.jsonl"))]
+  assert rows(wd) == rows(reference[0])
+
+
+def test_a_disk_full_before_the_checkpoint_is_one_line_and_resumes(reference, small_disk):
+  """The other files' case: the disk is full (not one page left) when the
+  first metrics row is written, before any checkpoint. One line naming the
+  file and the free space, exit 1; the run after space is freed starts over
+  and ends bit for bit as the uninterrupted run."""
+  mnt, grow = small_disk
+  grow("8m")
+  wd = str(mnt / "run")
+  out, filler = _sweep_filling_the_disk(mnt, "metrics", 6, 0, *COMMON, f"--workdir={wd}")
+  error = _one_error_line_and_no_traceback(out)
+  assert re.search(r"no space left writing .*/metrics\.jsonl \(0\.0 MiB free\); free some "
+                   r"space, then rerun the same command to resume", error), error
+  os.remove(filler)
+  again = _sweep(*COMMON, f"--workdir={wd}")
+  assert "step 24/24" in again.stderr, again.stderr[-2000:]
   rows = lambda d: [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
                     for line in open(os.path.join(d, "metrics.jsonl"))]
   assert rows(wd) == rows(reference[0])

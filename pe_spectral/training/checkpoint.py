@@ -29,7 +29,8 @@ import orbax.checkpoint as ocp
 
 from pe_spectral.runtime.errors import Remedy, RunError
 
-__all__ = ["Checkpointer", "CheckpointError", "DiskFullError", "tree_checksum"]
+__all__ = ["Checkpointer", "CheckpointError", "DiskFullError", "tree_checksum",
+           "remove_unfinished_saves"]
 
 
 class CheckpointError(RunError):
@@ -215,6 +216,22 @@ def _drop_abandoned_reads():
   yield  # an exception propagates from here and skips the line below
   if sys.unraisablehook is hook:
     sys.unraisablehook = previous
+
+
+def remove_unfinished_saves(ckpt_dir: str) -> list[str]:
+  """Deletes the temporary folders of checkpoint saves that a killed run left
+  (orbax would warn about each, once per save); returns their steps, in step
+  order. Orbax names them (``ocp.path.step.tmp_checkpoints``); the deletion is
+  done here, at once, because orbax's own (``cleanup_tmp_directories``) runs in
+  a background thread that only the next save waits for."""
+  if not os.path.isdir(ckpt_dir):
+    return []
+  found = sorted(ocp.path.step.tmp_checkpoints(ckpt_dir),
+                 key=lambda d: (int(d.split(".", 1)[0]) if d.split(".", 1)[0].isdigit()
+                                else -1, d))
+  for d in found:
+    shutil.rmtree(os.path.join(ckpt_dir, d), ignore_errors=True)
+  return [d.split(".", 1)[0] for d in found]
 
 
 def _first_line(e: BaseException, limit: int = 100) -> str:

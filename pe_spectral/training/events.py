@@ -101,6 +101,8 @@ class _Writers:
     from tensorboardX import SummaryWriter
     self.writers = {n: SummaryWriter(os.path.join(logdir, n), purge_step=purge_step)
                     for n in [f"seed{s}" for s in seeds] + ["mean"]}
+    for w in self.writers.values():  # the files' headers now, while there is room: a
+      w.flush()  # writer left with pending data retries it at exit, with a traceback
 
   def log(self, step: int, values: dict) -> None:
     for name, tags in values.items():

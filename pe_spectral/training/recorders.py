@@ -132,8 +132,13 @@ class JsonlRecorder(Recorder):
     row = self.row(ev)
     ev.rows[self.name] = row
     if ev.session.writer:
-      with open(self.path(ev.session), "a") as f:
-        f.write(json.dumps(row, allow_nan=self.allow_nan) + "\n")
+      path = self.path(ev.session)
+      try:
+        with open(path, "a") as f:
+          f.write(json.dumps(row, allow_nan=self.allow_nan) + "\n")
+      except OSError as e:  # a full disk: the error names the file it could not write
+        e.filename = e.filename or path
+        raise
 
 
 class MetricsRecorder(JsonlRecorder):

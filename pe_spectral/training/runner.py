@@ -237,8 +237,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
                                     total=total, k=k, dt=dt, compile_s=compile_s, rec_s=rec_s))
           pace.first = False
       finally:
-        for r in recorders:
-          r.close()
+        _close(recorders)
     finally:
       ckpt.close()  # awaits the asynchronous save
     summary = summarise(session, records, t_start=t_start)
@@ -246,6 +245,20 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
       write_json(paths["summary"], summary)
       draw_figures(session, records, spectra=bool(options.record_spectra))
   return summary
+
+
+def _close(recorders) -> None:
+  """Closes every recorder. A close that fails while another error is on its
+  way out (a full disk: a writer cannot flush either) does not replace that
+  error, which says what went wrong; otherwise the first failure is raised."""
+  unwinding, first = sys.exc_info()[1] is not None, None
+  for r in recorders:
+    try:
+      r.close()
+    except Exception as e:  # noqa: BLE001 - re-raised below unless another error is
+      first = first or e
+  if first is not None and not unwinding:
+    raise first
 
 
 def _plan(rc, seeds, workdir: str, options: RunOptions):

@@ -19,6 +19,7 @@ import jax
 from pe_spectral.data import tasks
 from pe_spectral.nn import model
 from pe_spectral.runtime.errors import Remedy, RunError
+from pe_spectral.training.checkpoint import remove_unfinished_saves
 
 __all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
            "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",
@@ -134,17 +135,6 @@ def recorded(config: dict) -> dict:
     return config  # an unknown PE or option: compared as written
   return dict(config, run=dict(run, model=recorded_model,
                                task=tasks.recorded_fields(run["task"])))
-
-
-def remove_unfinished_saves(ckpt_dir: str) -> list[str]:
-  """Deletes the temporary folders of checkpoint saves that a killed run left
-  (orbax would warn about each, once per save); returns their steps."""
-  if not os.path.isdir(ckpt_dir):
-    return []
-  found = sorted(d for d in os.listdir(ckpt_dir) if ".orbax-checkpoint-tmp" in d)
-  for d in found:
-    shutil.rmtree(os.path.join(ckpt_dir, d), ignore_errors=True)
-  return [d.split(".", 1)[0] for d in found]
 
 
 def truncate_jsonl(path: str, step: int) -> list[dict]:
