@@ -14,6 +14,8 @@ from conftest import SWEEP_COMMON as COMMON
 from conftest import run_cli_batch
 from conftest import run_sweep as _sweep
 
+from benchmarks.full_disk import sweep_filling_the_disk
+
 
 def _summary(workdir):
   with open(os.path.join(workdir, "summary.json")) as f:
@@ -441,43 +443,9 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-# The sweep with the disk made full at one chosen moment: a filler file takes
-# all but FULL_DISK_LEFT bytes of the tmpfs right before the checkpoint save
-# (or the metrics row) of step FULL_DISK_STEP, so the fault lands where the
-# test means it to on every machine, whatever the other files' sizes.
-_FILL_THEN_SWEEP = """
-import os, sys
-from experiments import cli, sweep
-from pe_spectral.training import checkpoint, recorders
-filler, where, step_at, left = sys.argv[1:5]
-def fill():
-  st = os.statvfs(os.path.dirname(filler))
-  with open(filler, "wb") as f:
-    f.write(bytes(max(st.f_bavail * st.f_frsize - int(left), 0)))
-if where == "checkpoint":
-  checkpoint.Checkpointer.bytes_needed = lambda self, state: 0  # the write itself runs out
-  save = checkpoint.Checkpointer.save
-  def save_on_a_full_disk(self, step, state, meta):
-    if step == int(step_at):
-      fill()
-    return save(self, step, state, meta)
-  checkpoint.Checkpointer.save = save_on_a_full_disk
-else:
-  record = recorders.MetricsRecorder.record
-  def record_on_a_full_disk(self, ev):
-    if ev.step == int(step_at):
-      fill()
-    return record(self, ev)
-  recorders.MetricsRecorder.record = record_on_a_full_disk
-sys.argv = ["sweep", *sys.argv[5:]]
-cli.run(sweep.main)
-"""
-
-
 def _sweep_filling_the_disk(mnt, where, step, left, *args):
-  filler = str(mnt / "filler")
-  return subprocess.run([sys.executable, "-c", _FILL_THEN_SWEEP, filler, where, str(step),
-                         str(left), *args], capture_output=True, text=True, timeout=600), filler
+  """The sweep with its disk made full at one chosen moment (benchmarks/full_disk.py)."""
+  return sweep_filling_the_disk(str(mnt), where, step, left, *args)
 
 
 def _one_error_line_and_no_traceback(out) -> str:
