@@ -23,7 +23,6 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("runs", 20, "Times the mid-write case is run.")
 
 # The sweep with the disk made full at one chosen moment: a filler file takes
 # all but LEFT bytes of the disk right before the checkpoint save (or the
@@ -106,4 +105,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # defined here, not at import: the suite imports this module's helper beside
+  # programs whose flags share names (absl has one namespace)
+  flags.DEFINE_integer("runs", 20, "Times the mid-write case is run.")
   app.run(main)
