@@ -251,3 +251,34 @@ def test_the_top_level_names_resolve():
           "from pe_spectral import encodings, spectral; "
           "assert encodings.get('rope').name == 'rope' and p.build is p.training.config.build")
   subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_modules_the_tests_import_define_no_flag_twice():
+  """A pytest worker imports every project module some test file imports, in
+  one process; absl has one flag namespace, so two of them defining the same
+  flag at import fail whichever tests come second on that worker (a helper
+  imported from a benchmark clashed with the study's report this way). All of
+  them imported together in one process: no DuplicateFlagError."""
+  import subprocess
+  import sys
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  mods = set()
+  for name in sorted(os.listdir(os.path.join(repo, "tests"))):
+    if not name.endswith(".py"):
+      continue
+    path = os.path.join(repo, "tests", name)
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+      if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        names = [node.module] + [  # "from package import module" imports the module
+            f"{node.module}.{a.name}" for a in node.names
+            if os.path.exists(os.path.join(repo, *node.module.split("."), a.name + ".py"))]
+      elif isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      else:
+        continue
+      mods.update(n for n in names if n.split(".")[0] in LAYERS[1:])
+  assert {"studies.arxiv_2505_13027.report", "benchmarks.full_disk"} <= mods
+  code = "import importlib, sys\nfor m in sys.argv[1:]:\n  importlib.import_module(m)\n"
+  out = subprocess.run([sys.executable, "-c", code, *sorted(mods)], cwd=repo,
+                       capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-2000:]
