@@ -50,13 +50,10 @@ from pe_spectral.training import train as train_lib
 from pe_spectral.training.checkpoint import Checkpointer, CheckpointError, DiskFullError
 from pe_spectral.training.config import RunConfig
 from pe_spectral.training.recorders import (
-  CURVATURE_ITERS,
-  CURVATURE_TRACE_SAMPLES,
   Evaluation,
   JsonlRecorder,
   Recorder,
   builtin_recorders,
-  curvature_fn,
 )
 from pe_spectral.training.sizing import auto_seed_group
 from pe_spectral.training.train import Steps, make_steps, seed_mesh
@@ -77,8 +74,7 @@ __all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluatio
            "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
            "ConfigMismatchError",
            "CheckpointError", "DiskFullError", "WorkdirBusyError", "Interrupted", "read_jsonl",
-           "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment",
-           "builtin_recorders", "curvature_fn", "CURVATURE_ITERS", "CURVATURE_TRACE_SAMPLES"]
+           "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
 
 class NonFiniteLossError(RunError):
@@ -235,7 +231,6 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
           if hooks.progress:
             hooks.progress(pace.row(losses, test_acc, test_loss, train_acc, step=step,
                                     total=total, k=k, dt=dt, compile_s=compile_s, rec_s=rec_s))
-          pace.first = False
       finally:
         _close(recorders)
     finally:
@@ -393,9 +388,10 @@ class _Pace:
     run_s = max(dt - compile_s, 1e-9)
     chunk_s = run_s + (0.0 if self.first else rec_s)
     self.spent_s, self.spent_steps = self.spent_s + chunk_s, self.spent_steps + k
+    first, self.first = self.first, False
     return {"step": step, "total": total, "steps_per_s": k / run_s,
             "eta_s": (total - step) * self.spent_s / self.spent_steps, "chunk_s": chunk_s,
-            "compile_s": compile_s if self.first else None,
+            "compile_s": compile_s if first else None,
             "loss_mean": float(losses.mean()),
             "loss_std": float(losses.mean(1).std()),
             "test_accuracy_mean": float(np.mean(test_acc)),
