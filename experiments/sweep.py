@@ -462,7 +462,12 @@ def main(argv):
     except KeyboardInterrupt:
       print(f"\ninterrupted: rerun the same command to resume {tag} from its last "
             "saved checkpoint", file=sys.stderr, flush=True)
-      return 130
+      # A second Ctrl-C stops at once: the chunk in flight is abandoned. A normal
+      # exit would wait for it (the runtime finishes a running program before
+      # the interpreter can end), so the process ends here; the files were
+      # closed on the way out, and a cut-off save is removed on resume.
+      sys.stdout.flush()
+      os._exit(130)
     rows.append((tag, s))
   if quiet:
     return 0
