@@ -11,7 +11,6 @@ ablated, and per layer the deposit score (see
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -144,8 +143,12 @@ def analyse(wd: str) -> int:
   from pe_spectral.runtime import devices
   from pe_spectral.training import runner
   t0 = time.time()
-  with open(os.path.join(wd, "config.json")) as f:  # refused before any restore
-    num_seeds = len(json.load(f)["seeds"])
+  try:  # refused before any restore
+    num_seeds = len(runner.read_config(os.path.join(wd, "config.json"))["seeds"])
+  except (runner.BadFileError, KeyError, TypeError) as e:
+    print(f"error: {cli.error_line(e) if isinstance(e, runner.BadFileError) else e!r}",
+          file=sys.stderr)
+    return 2
   seed_group, mask_chunk = (memory_option(FLAGS.seed_group),
                             memory_option(FLAGS.mask_chunk))
   if seed_group != "auto" and num_seeds % seed_group:
@@ -154,7 +157,7 @@ def analyse(wd: str) -> int:
     return 2
   try:
     loaded = runner.load_run(wd, seed_group=None if seed_group == "auto" else seed_group)
-  except runner.CheckpointError as e:
+  except (runner.CheckpointError, runner.BadFileError) as e:
     print(f"error: {cli.error_line(e)}", file=sys.stderr)
     return 2
   config, rc, steps, states, data, step, mesh = loaded

@@ -49,7 +49,7 @@ def analyse(wd: str) -> int:
   from pe_spectral.training import runner
   try:
     config, rc, steps, states, data, step, _ = runner.load_run(wd)
-  except runner.CheckpointError as e:
+  except (runner.CheckpointError, runner.BadFileError) as e:
     print(f"error: {cli.error_line(e)}", file=sys.stderr)
     return 2
   ids = data.test_ids[:FLAGS.examples]

@@ -72,9 +72,8 @@ LM_FACTORS = [1.0, 2.0, 4.0, 8.0, 16.0]
 
 def _is_lm(workdir: str) -> bool:
   """Whether a workdir's run is a language model (its config's task)."""
-  import json
-  with open(os.path.join(workdir, "config.json")) as f:
-    return json.load(f)["run"]["task"]["name"] == "lm"
+  from pe_spectral.training.workdir import read_config
+  return read_config(os.path.join(workdir, "config.json"))["run"]["task"]["name"] == "lm"
 
 
 def output_name(rope_scaling: str, shift: int) -> str:
@@ -268,7 +267,13 @@ def main(argv):
   if err is not None:
     print(f"error: {err}", file=sys.stderr)
     return 2
-  kinds = {_is_lm(wd) for wd in FLAGS.workdir}
+  from pe_spectral.training.workdir import BadFileError
+  try:
+    kinds = {_is_lm(wd) for wd in FLAGS.workdir}
+  except (BadFileError, KeyError, TypeError) as e:
+    print(f"error: {cli.error_line(e) if isinstance(e, BadFileError) else e!r}",
+          file=sys.stderr)
+    return 2
   if len(kinds) > 1:
     print("error: --workdir mixes language models and classifiers; evaluate them apart",
           file=sys.stderr)
@@ -278,7 +283,7 @@ def main(argv):
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
     try:
       return _main_lm(FLAGS.workdir, log)
-    except (ValueError, runner.CheckpointError) as e:
+    except (ValueError, runner.CheckpointError, runner.BadFileError) as e:
       print(f"error: {cli.error_line(e)}", file=sys.stderr)
       return 2
   try:
@@ -298,7 +303,7 @@ def main(argv):
     try:
       res = evaluate_lengths(wd, factors, examples=FLAGS.examples, shift=FLAGS.shift,
                              rope_scaling=FLAGS.rope_scaling, log=log)
-    except (ValueError, runner.CheckpointError) as e:
+    except (ValueError, runner.CheckpointError, runner.BadFileError) as e:
       print(f"error: {wd}: {cli.error_line(e)}", file=sys.stderr)
       return 2
     runner.write_json(os.path.join(wd, name + ".json"), res)

@@ -20,8 +20,10 @@ import math
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 
 from absl import app, flags, logging
@@ -29,6 +31,7 @@ from absl import app, flags, logging
 from experiments import cli
 from pe_spectral.data import corpus, tasks
 from pe_spectral.pe import encodings
+from pe_spectral.runtime.errors import RunError
 from pe_spectral.runtime.timefmt import minutes_seconds
 from pe_spectral.training import config as configs
 
@@ -117,6 +120,12 @@ flags.DEFINE_integer("record_curvature", 0,
                      "(top Hessian eigenvalue, Adam-preconditioned sharpness, "
                      "gradient norm) on this many fixed training examples "
                      "into curvature.jsonl.")
+flags.DEFINE_float("preempt_grace", 30.0,
+                   "Seconds a SIGTERM leaves before SIGKILL (SLURM's KillWait, a cloud's "
+                   "preemption notice): the run saves at the end of the chunk in flight "
+                   "if that comes in time, else it exits before the grace ends, keeping "
+                   "its last saved checkpoint. 0: always wait for the chunk. One process "
+                   "only (with --distributed JAX's preemption service decides).")
 flags.DEFINE_bool("distributed", False,
                   "Call jax.distributed.initialize() first (multi-host: TPU pod "
                   "slices and SLURM are auto-detected; run the same command on "
@@ -145,6 +154,8 @@ def _int_list(text: str, name: str) -> list[int]:
 
 def plan_runs():
   """Validates every flag and returns [(RunConfig, workdir)] before any work."""
+  if not FLAGS.preempt_grace >= 0:
+    raise UsageError(f"--preempt_grace must be >= 0 seconds, got {FLAGS.preempt_grace}")
   for module in FLAGS.presets_from:
     try:
       importlib.import_module(module)
@@ -312,19 +323,36 @@ class _Stop:
   Ctrl-C stops at once (resume then starts from the last checkpoint saved).
 
   SIGTERM (a scheduler's preemption notice, with a grace period before
-  SIGKILL): the same stop at the end of the chunk in flight -- one compiled
-  program, the nearest step boundary there is -- saved and then reported
-  as preempted. With several processes (``distributed``), JAX's preemption
-  service catches the signal instead, and every process stops at the chunk
-  its sync point names (``multihost_utils.reached_preemption_sync_point``),
-  so that all save the same step.
+  SIGKILL): the same stop at the end of the compiled call in flight -- the
+  nearest step boundary there is; the runner splits an evaluation interval
+  into calls of a third of the grace (``RunOptions.call_seconds``), and a stop
+  between them saves there -- then reported as preempted. With several
+  processes (``distributed``), JAX's preemption service catches the signal
+  instead, and every process stops at the chunk its sync point names
+  (``multihost_utils.reached_preemption_sync_point``), so that all save the
+  same step. A first Ctrl-C there takes the same path
+  (the process sends itself the SIGTERM that JAX's service listens for): a
+  process that stopped on its own would leave the others waiting in a
+  collective.
+
+  A call can still outlast the grace a scheduler leaves after SIGTERM
+  (``grace`` seconds; SLURM's default is 30): a session's first call, whose
+  pace is not known yet, or its compilation. Then the process exits before
+  the grace ends (a watchdog thread, told of the signal through
+  ``signal.set_wakeup_fd`` even while the main thread is inside XLA), keeping
+  the last checkpoint it saved, as the SIGKILL would, but with the preempted
+  exit status and a line that says so; the resume is the one after any kill.
 
   The runner waits for the device by polling, so the handlers run at once."""
 
-  def __init__(self, distributed: bool = False):
+  def __init__(self, distributed: bool = False, grace: float = 0.0, tag: str = ""):
     self.requested = False     # Ctrl-C
     self.preempted = False     # SIGTERM, or the processes' preemption sync point
+    self.saved_step = None     # the last checkpoint whose save started
     self._distributed = distributed
+    self._grace, self._tag = grace, tag
+    self._armed = threading.Event()  # the watchdog's timer started
+    self._wake = None                # (reader, writer) of the wakeup socket pair
     self._chunks = 0           # chunks ended: the sync point's step ids
     self._chunk_s = None       # the last chunk's measured length
     self._chunk_start = None   # when the current chunk began (after a progress line)
@@ -336,7 +364,36 @@ class _Stop:
     self._previous = {signal.SIGINT: signal.signal(signal.SIGINT, self._ctrl_c)}
     if not self._distributed:
       self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._sigterm)
+      if self._grace > 0:
+        # The C-level handler writes each signal's number here at once, from
+        # whatever the main thread is doing (a compilation holds it for
+        # seconds before the Python handler can run): the watchdog reads it.
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        self._previous_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._wake = (reader, writer)
+        threading.Thread(target=self._watch, args=(reader,), daemon=True).start()
     return self
+
+  def _watch(self, reader) -> None:
+    while True:
+      try:
+        got = reader.recv(64)
+      except OSError:
+        return
+      if not got:  # closed: the run is over
+        return
+      if int(signal.SIGTERM) in got:
+        self._arm()
+        return
+
+  def _arm(self) -> None:
+    """Starts the grace's timer (once)."""
+    if not self._armed.is_set():
+      self._armed.set()
+      timer = threading.Timer(self._grace - min(1.0, self._grace / 4), self._out_of_time)
+      timer.daemon = True
+      timer.start()
 
   def _when(self) -> str:
     if self._chunk_s is None:
@@ -349,25 +406,50 @@ class _Stop:
       signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
       raise KeyboardInterrupt
     self.requested = True
+    if self._distributed:  # every process stops at the step the sync point names
+      os.kill(os.getpid(), signal.SIGTERM)
     print(f"\nCtrl-C: stopping {self._when()}; Ctrl-C again stops at once (resuming then "
           "starts from the last saved checkpoint)", file=sys.stderr, flush=True)
 
   def _sigterm(self, signum, frame):
     if not self.preempted:
       self.preempted = True
-      print(f"\nSIGTERM: saving and stopping {self._when()}", file=sys.stderr, flush=True)
+      if self._grace > 0:  # exit before the SIGKILL, whatever the call does
+        self._arm()  # (the watchdog has, unless the signal came another way)
+        when = (f"after the compiled call in flight, within {self._grace:g} s "
+                "(--preempt_grace)")
+      else:
+        when = self._when()
+      print(f"\nSIGTERM: saving and stopping {when}", file=sys.stderr, flush=True)
+
+  def _out_of_time(self) -> None:
+    """The watchdog: the chunk in flight did not end within the grace."""
+    kept = (f"step {self.saved_step}" if self.saved_step is not None else "none yet")
+    print(f"preempted: the chunk in flight would end after the {self._grace:.0f} s grace; "
+          f"stopped now with the last saved checkpoint ({kept}); rerun the same command "
+          f"to resume {self._tag}", file=sys.stderr, flush=True)
+    os._exit(PREEMPTED_EXIT)
+
+  def checkpoint_started(self, step: int) -> None:
+    self.saved_step = step
 
   def should_stop(self) -> bool:
     """Polled by the runner after each chunk's checkpoint, on every process."""
     self._chunks += 1
-    if self._distributed and not self.preempted:
-      from jax.experimental import multihost_utils
-      self.preempted = multihost_utils.reached_preemption_sync_point(self._chunks)
+    if self._distributed:  # never on one's own: only where the sync point says
+      if not self.preempted:
+        from jax.experimental import multihost_utils
+        self.preempted = multihost_utils.reached_preemption_sync_point(self._chunks)
+      return self.preempted
     return self.requested or self.preempted
 
   def __exit__(self, *exc):
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
+    if self._wake is not None:
+      signal.set_wakeup_fd(self._previous_wakeup)
+      for end in self._wake:
+        end.close()
 
 
 def parse_seed_group(flag):
@@ -426,7 +508,7 @@ def main(argv):
           f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
           flush=True)
     try:
-      with _Stop(distributed=FLAGS.distributed) as stop:
+      with _Stop(distributed=FLAGS.distributed, grace=FLAGS.preempt_grace, tag=tag) as stop:
         s = runner.run(
             rc, seeds, workdir,
             runner.RunOptions(eval_every=FLAGS.eval_every, resume=FLAGS.resume,
@@ -434,13 +516,15 @@ def main(argv):
                               record_curvature=FLAGS.record_curvature,
                               seed_group=resolve_seed_group(FLAGS.seed_group),
                               memory_gib=FLAGS.memory_gib,
-                              memory_fraction=FLAGS.memory_fraction),
+                              memory_fraction=FLAGS.memory_fraction,
+                              call_seconds=(FLAGS.preempt_grace / 3
+                                            if FLAGS.preempt_grace > 0 else None)),
             runner.Hooks(progress=None if quiet else _progress(tag, stop, rc.task.is_lm),
                          notify=(lambda msg: None) if quiet else _notify(tag),
-                         should_stop=stop.should_stop),
+                         should_stop=stop.should_stop,
+                         on_checkpoint=stop.checkpoint_started),
             recorders=[events.TensorBoardRecorder()] if tensorboard else [])
-    except (runner.NonFiniteLossError, runner.ConfigMismatchError,
-            runner.CheckpointError, runner.DiskFullError, runner.WorkdirBusyError) as e:
+    except RunError as e:  # one line: what went wrong, and what to do
       print(f"error: {cli.error_line(e)}", file=sys.stderr)
       return 1
     except OSError as e:  # a metrics or summary file that did not fit
@@ -451,7 +535,7 @@ def main(argv):
             "free some space, then rerun the same command to resume", file=sys.stderr)
       return 1
     except runner.Interrupted as e:
-      if stop.preempted:
+      if stop.preempted and not stop.requested:
         if not quiet:
           print(f"preempted at step {e.step}: saved; rerun the same command to resume {tag}",
                 file=sys.stderr, flush=True)

@@ -260,9 +260,10 @@ def test_stop_then_corrupt_then_resume_is_bit_exact(sweep_reference, tmp_path):
   # a finished run whose metrics are gone: one line, not an IndexError
   os.remove(os.path.join(wd, "metrics.jsonl"))
   os.remove(os.path.join(wd, "summary.json"))
-  with pytest.raises(CheckpointError) as e:
+  with pytest.raises(runner.BadFileError) as e:  # said before any training
     _run(wd, record_spectra=4)
   assert e.value.remedy is Remedy.START_OVER and "\n" not in str(e.value)
+  assert "metrics.jsonl lacks the evaluation of step 24" in str(e.value)
 
 
 def test_second_run_on_a_locked_workdir_is_refused(tmp_path):

@@ -20,7 +20,6 @@ replaced, never doubled.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 from typing import Optional, Sequence
@@ -28,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pe_spectral.training.recorders import Evaluation, Recorder
-from pe_spectral.training.workdir import read_jsonl
+from pe_spectral.training.workdir import read_config, read_jsonl
 
 __all__ = ["SUBDIR", "INSTALL_HINT", "available", "scalars", "TensorBoardRecorder",
            "convert", "read_scalars"]
@@ -148,8 +147,7 @@ def convert(workdir: str) -> int:
   """Writes ``<workdir>/tb/`` afresh from the run's JSONL files (a finished or
   committed run, or one trained without the writer); returns the number of
   evaluations written."""
-  with open(os.path.join(workdir, "config.json")) as f:
-    seeds = json.load(f)["seeds"]
+  seeds = read_config(os.path.join(workdir, "config.json"))["seeds"]
   by_step = lambda name: {r["step"]: r for r in read_jsonl(os.path.join(workdir, name))}
   metrics, spectra, curvature = (by_step(n) for n in ("metrics.jsonl", "spectra.jsonl",
                                                      "curvature.jsonl"))

@@ -123,7 +123,7 @@ class JsonlRecorder(Recorder):
     return os.path.join(session.workdir, f"{self.name}.jsonl")
 
   def truncate(self, session, step: int) -> None:
-    truncate_jsonl(self.path(session), step)
+    truncate_jsonl(self.path(session), step, cut_off=session.notify)
 
   def row(self, ev: Evaluation) -> dict:
     raise NotImplementedError

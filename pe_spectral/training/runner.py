@@ -58,12 +58,14 @@ from pe_spectral.training.recorders import (
 from pe_spectral.training.sizing import auto_seed_group
 from pe_spectral.training.train import Steps, make_steps, seed_mesh
 from pe_spectral.training.workdir import (
+  BadFileError,
   ConfigMismatchError,
   WorkdirBusyError,
   check_workdir,
   config_diff,
   json_safe,
   lock_holder,
+  read_config,
   read_jsonl,
   remove_unfinished_saves,
   workdir_lock,
@@ -72,8 +74,9 @@ from pe_spectral.training.workdir import (
 
 __all__ = ["run", "RunOptions", "Hooks", "Recorder", "JsonlRecorder", "Evaluation",
            "summarise", "draw_figures", "load_run", "LoadedRun", "NonFiniteLossError",
-           "ConfigMismatchError",
+           "ConfigMismatchError", "BadFileError",
            "CheckpointError", "DiskFullError", "WorkdirBusyError", "Interrupted", "read_jsonl",
+           "read_config",
            "write_json", "config_diff", "workdir_lock", "json_safe", "host_environment"]
 
 
@@ -115,6 +118,15 @@ class RunOptions:
       memory (:func:`sizing.auto_seed_group`; the choice goes to ``notify``),
       within ``memory_gib`` if given, else 90 % of ``memory_fraction`` of the
       device's free memory; with several devices the seeds are sharded instead.
+    call_seconds: split each evaluation interval into compiled calls of about
+      this many seconds, so that ``should_stop`` is polled between them and a
+      stop there saves a checkpoint mid-interval (with the interval's losses
+      so far, which the resume carries on): a preemption then loses at most
+      one call. Sized from the pace of the session's first call (which is the
+      whole first interval), rounded down to a power of two and then fixed
+      for the run (the checkpoints carry it); one process only. None: one call
+      per interval. The calls run the same steps on the same data as one call:
+      the result is bit-identical (tests/test_sweep.py).
   """
   eval_every: Optional[int] = None
   resume: bool = True
@@ -124,6 +136,7 @@ class RunOptions:
   seed_group: Union[None, int, str] = None
   memory_gib: Optional[float] = None
   memory_fraction: float = 1.0
+  call_seconds: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +145,9 @@ class Hooks:
 
   Attributes:
     progress: after each evaluation, with a dict of progress fields.
-    should_stop: polled after each evaluation's checkpoint is saved; when it
-      returns True the run stops there and raises :class:`Interrupted`.
+    should_stop: polled after each evaluation's checkpoint is saved (and
+      between the calls of an interval, ``RunOptions.call_seconds``); when it
+      returns True the run stops there, saved, and raises :class:`Interrupted`.
     on_checkpoint: with the step right after each checkpoint save has
       started (asynchronously); the recovery tests kill the process there.
     notify: one-line notices (e.g. a checkpoint skipped on resume).
@@ -190,26 +204,43 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
     unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and options.resume else []
     ckpt = Checkpointer(paths["ckpt"], max_to_keep=options.max_to_keep, fetch=devices.fetch)
     try:
-      states, step, elapsed, records = _resume_or_init(
+      states, step, elapsed, records, pending, call = _resume_or_init(
           session, ckpt, resume=options.resume, unfinished=unfinished, notify=notify,
           recorders=recorders)
       for r in recorders:
         r.open(session)
       try:
         chunk = train_lib.jit_chunk(steps)
-        pace = _Pace()
+        pace = _Pace(options.call_seconds if jax.process_count() == 1 else None, call)
         while step < total:
           t0 = time.time()
-          k = min(options.eval_every, total - step)
-          states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"],
-                                 num_steps=k)
-          # A jitted call traces and compiles before it returns; the execution
-          # itself is asynchronous (``fetch`` waits for it, polling, so that
-          # Ctrl-C is handled at once). The calls' own time is compilation.
-          compile_s = time.time() - t0
-          losses = devices.fetch(losses)  # [seeds, k]
-          _check_finite(session, ckpt, states, losses, step, k)
-          step += k
+          target = min((step // options.eval_every + 1) * options.eval_every, total)
+          parts, compile_s, ran = [] if pending is None else [pending], 0.0, 0
+          pending = None
+          while step < target:  # one compiled call, or several (call_seconds)
+            n = pace.call_steps(target - step)
+            t_call = time.time()
+            states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"],
+                                   num_steps=n)
+            # A jitted call traces and compiles before it returns; the execution
+            # itself is asynchronous (``fetch`` waits for it, polling, so that
+            # Ctrl-C is handled at once). The calls' own time is compilation.
+            t_run = time.time()
+            compile_s += t_run - t_call
+            losses = devices.fetch(losses)  # [seeds, n]
+            pace.ran(n, time.time() - t_run)
+            _check_finite(session, ckpt, states, losses, step, n)
+            step, ran = step + n, ran + n
+            parts.append(losses)
+            if step < target and hooks.should_stop is not None and hooks.should_stop():
+              so_far = np.concatenate(parts, axis=1)  # the resume carries them on
+              ckpt.save(step, states, {"step": step, "elapsed": elapsed + time.time() - t0,
+                                       "interval_losses": so_far.tolist(),
+                                       "call_steps": pace.call})
+              ckpt.wait()
+              raise Interrupted(step)
+          losses = np.concatenate(parts, axis=1)  # [seeds, the interval's steps]
+          k = losses.shape[1]
           t1 = time.time()
           test_acc, test_loss, train_acc = _evaluate(session, states)
           compile_s += time.time() - t1
@@ -222,7 +253,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
           for r in recorders:
             r.record(ev)
           rec_s = time.time() - t_rec  # the recorders (a first spectra/curvature call compiles)
-          ckpt.save(step, states, {"step": step, "elapsed": elapsed})
+          ckpt.save(step, states, {"step": step, "elapsed": elapsed, "call_steps": pace.call})
           if hooks.on_checkpoint is not None:
             hooks.on_checkpoint(step)
           if hooks.should_stop is not None and hooks.should_stop() and step < total:
@@ -230,7 +261,8 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
             raise Interrupted(step)
           if hooks.progress:
             hooks.progress(pace.row(losses, test_acc, test_loss, train_acc, step=step,
-                                    total=total, k=k, dt=dt, compile_s=compile_s, rec_s=rec_s))
+                                    total=total, k=ran, dt=dt, compile_s=compile_s,
+                                    rec_s=rec_s))
       finally:
         _close(recorders)
     finally:
@@ -289,6 +321,7 @@ class _Session(NamedTuple):
   keys: Any           # the seeds' key material, placed on the mesh
   arrays: dict        # the placed data: train/test ids and labels, the train-eval subset
   writer: bool        # process 0: the one that writes files
+  notify: Callable[[str], None]  # one-line notices (Hooks.notify)
 
 
 def _session(rc, seeds, workdir, paths, options: RunOptions, notify) -> _Session:
@@ -325,15 +358,18 @@ def _session(rc, seeds, workdir, paths, options: RunOptions, notify) -> _Session
                   devices.shard(train_lib.seed_keys(seeds), mesh),
                   dict(zip(("train_ids", "train_labels", "test_ids", "test_labels",
                             "sub_ids", "sub_labels"), placed)),
-                  jax.process_index() == 0)
+                  jax.process_index() == 0, notify)
 
 
 def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, recorders):
-  """``(states, step, elapsed, records)``: the newest checkpoint that verifies
-  (newer ones that do not are deleted) and the evaluations up to it, or a fresh
-  init; every recorder's file is cut back to that step."""
+  """``(states, step, elapsed, records, pending, call)``: the newest checkpoint
+  that verifies (newer ones that do not are deleted) and the evaluations up to
+  it, or a fresh init; every recorder's file is cut back to that step.
+  ``pending``: the losses ``[seeds, steps]`` of an interval that a stop cut (a
+  checkpoint between evaluations), else None; ``call``: the run's call length
+  (``RunOptions.call_seconds``) if one was fixed."""
   paths, workdir, total = session.paths, session.workdir, session.steps.total_steps
-  step, elapsed = 0, 0.0
+  step, elapsed, pending, call = 0, 0.0, None, None
   kept_steps = ckpt.all_steps() if resume else []
   if kept_steps:
     try:
@@ -345,10 +381,21 @@ def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, reco
       for bad in [s for s in kept_steps if s > step]:  # retrained and saved again
         ckpt.delete(bad)
     step, elapsed = int(meta["step"]), float(meta["elapsed"])
+    if meta.get("interval_losses") is not None:
+      pending = np.asarray(meta["interval_losses"], np.float32)
+    call = meta.get("call_steps")
     why = skipped + [f"step {u}: its save was cut off (removed)" for u in unfinished]
     notify(f"resuming {workdir} from step {step} of {total}"
            + (f" (skipped: {'; '.join(why)})" if why else ""))
-    records = [r for r in read_jsonl(paths["metrics"]) if r["step"] <= step]
+    # a cut-off last row lies past the checkpoint: its recorder's truncate says so below
+    records = [r for r in read_jsonl(paths["metrics"], cut_off=lambda _: None)
+               if r.get("step", np.inf) <= step]
+    evaluated = step - (0 if pending is None else pending.shape[1])  # the last evaluation
+    if evaluated and (not records or records[-1]["step"] != evaluated):
+      raise BadFileError(
+          f"{paths['metrics']} lacks the evaluation of step {evaluated}, which the "
+          "checkpoint has passed (the file was cut or edited): restore it from a copy if "
+          "you have one", Remedy.START_OVER)
   else:
     states = train_lib.jit_init(session.steps)(session.keys)
     records = []
@@ -358,7 +405,7 @@ def _resume_or_init(session: _Session, ckpt, *, resume, unfinished, notify, reco
   if session.writer:  # drop evaluations past the checkpoint (they will be redone)
     for r in recorders:
       r.truncate(session, step)
-  return states, step, elapsed, records
+  return states, step, elapsed, records, pending, call
 
 
 def _metrics_row(session, step, losses, test_acc, test_loss, train_acc, elapsed) -> dict:
@@ -380,8 +427,29 @@ class _Pace:
   compilation is left out (and so is its recording, which also compiles;
   later chunks count it)."""
 
-  def __init__(self):
+  def __init__(self, call_seconds: Optional[float] = None, call: Optional[int] = None):
     self.first, self.spent_s, self.spent_steps = True, 0.0, 0
+    self.call_seconds, self.step_s = call_seconds, None
+    self.call = call if call_seconds is not None else None
+
+  def ran(self, steps: int, seconds: float) -> None:
+    """A call's execution (its compilation left out) took ``seconds``."""
+    if self.step_s is None:
+      self.step_s = max(seconds, 1e-9) / steps
+
+  def call_steps(self, remaining: int) -> int:
+    """Steps of the next compiled call: all that remain to the evaluation,
+    or, with ``call_seconds``, at most that many seconds' worth at the first
+    call's pace, rounded down to a power of two -- then fixed for the run
+    (each call length is a program to compile; the checkpoints carry it to
+    the next session, where the compilation cache has its programs)."""
+    if self.call_seconds is None or (self.call is None and self.step_s is None):
+      return remaining
+    if self.call is None:
+      self.call = max(2, 2 ** int(np.log2(max(self.call_seconds / self.step_s, 1.0))))
+    if remaining - self.call == 1:  # never a call of one step out of a longer interval:
+      return self.call - 1 if self.call > 2 else remaining  # XLA inlines a 1-step loop,
+    return min(remaining, self.call)                         # which changes the bits
 
   def row(self, losses, test_acc, test_loss, train_acc, *, step, total, k, dt, compile_s,
           rec_s) -> dict:
@@ -513,6 +581,15 @@ def draw_figures(session: _Session, records: list, *, spectra: bool) -> None:
                                        os.path.join(session.workdir, "frequencies.png"), title)
 
 
+def _edited(e: CheckpointError) -> bool:
+  """Whether every kept checkpoint failed on its arrays' shapes or structure:
+  the config that built the model is not the one that trained them."""
+  reasons = e.reason.partition(" (")[2].split("; step ")
+  return bool(reasons) and all(
+      "do not match the run's model" in r or "where the run's config needs" in r
+      or "shape" in r.lower() for r in reasons)
+
+
 class LoadedRun(NamedTuple):
   """A trained run as :func:`load_run` restores it."""
   config: dict        # config.json
@@ -538,9 +615,13 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   :class:`CheckpointError`. ``seed_group``: the steps' (their evaluation and
   the ablation vmap that many seeds at a time; a memory option, single device).
   """
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = json.load(f)
-  rc = RunConfig.from_dict(config["run"])
+  config_path = os.path.join(workdir, "config.json")
+  config = read_config(config_path)
+  try:
+    rc = RunConfig.from_dict(config["run"])
+  except (KeyError, TypeError, ValueError) as e:
+    raise BadFileError(f"{config_path} holds settings this code cannot build ({e!r:.80}): "
+                       "restore it if you can") from None
   data = tasks.generate(rc.task)
   seeds = config["seeds"]
   mesh = seed_mesh(len(seeds))
@@ -552,6 +633,11 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
   ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=devices.fetch)
   try:
     states, _, step, skipped = ckpt.restore_verified(steps.abstract_state(len(seeds), mesh))
+  except CheckpointError as e:
+    if _edited(e):
+      raise BadFileError(f"{config_path} describes another model than its checkpoints hold "
+                         f"({e.reason}): was it edited? Restore it") from None
+    raise
   finally:
     ckpt.close()
   total = config.get("total_steps", steps.total_steps)

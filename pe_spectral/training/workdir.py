@@ -21,8 +21,8 @@ from pe_spectral.nn import model
 from pe_spectral.runtime.errors import Remedy, RunError
 from pe_spectral.training.checkpoint import remove_unfinished_saves
 
-__all__ = ["ConfigMismatchError", "WorkdirBusyError", "workdir_lock", "lock_holder",
-           "json_safe", "write_json", "read_jsonl", "config_diff", "truncate_jsonl",
+__all__ = ["ConfigMismatchError", "WorkdirBusyError", "BadFileError", "workdir_lock", "lock_holder",
+           "json_safe", "write_json", "read_jsonl", "read_config", "config_diff", "truncate_jsonl",
            "remove_unfinished_saves", "check_workdir", "load_runs"]
 
 
@@ -32,6 +32,10 @@ class ConfigMismatchError(RunError):
 
 class WorkdirBusyError(RunError):
   """Another process is training in the same workdir."""
+
+
+class BadFileError(RunError):
+  """A run's file that is not what the run wrote: cut off, garbage, edited, or gone."""
 
 
 @contextlib.contextmanager
@@ -100,11 +104,54 @@ def write_json(path: str, obj) -> None:
   os.replace(tmp, path)
 
 
-def read_jsonl(path: str) -> list[dict]:
+def read_jsonl(path: str, cut_off: Optional[Callable[[str], None]] = None) -> list[dict]:
+  """The rows (JSON objects) of a JSONL file; none if it does not exist.
+
+  A kill or a full disk can cut off the row being appended: a last line that
+  does not parse is left out when ``cut_off`` is given (a resume, which redoes
+  that evaluation anyway), and ``cut_off`` is told in one line; otherwise, and
+  for any other line that is not a JSON object, :class:`BadFileError` names
+  the file and the line."""
   if not os.path.exists(path):
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  with open(path, "rb") as f:
+    lines = f.read().split(b"\n")
+  last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+  rows = []
+  for i, line in enumerate(lines[:last + 1]):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except ValueError:
+      row = None
+    if isinstance(row, dict):
+      rows.append(row)
+    elif i == last and cut_off is not None:
+      cut_off(f"{path}: its last line was cut off (a write interrupted) and is left out; "
+              "that evaluation is redone")
+    else:
+      raise BadFileError(
+          f"{path}, line {i + 1}, is not a row this code wrote "
+          f"({line[:40].decode(errors='replace')!r}): restore it from a copy if you have one",
+          Remedy.START_OVER)
+  return rows
+
+
+def read_config(path: str) -> dict:
+  """A run's ``config.json``; :class:`BadFileError` (one line) if it is not a
+  JSON object, e.g. after a hand edit."""
+  with open(path, "rb") as f:
+    text = f.read()
+  try:
+    config = json.loads(text)
+  except ValueError as e:
+    raise BadFileError(f"{path} is not valid JSON ({e}): restore it if you can",
+                       Remedy.START_OVER_OR_OTHER_WORKDIR) from None
+  if not isinstance(config, dict):
+    raise BadFileError(f"{path} holds no run's settings: restore it if you can",
+                       Remedy.START_OVER_OR_OTHER_WORKDIR)
+  return config
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -137,8 +184,11 @@ def recorded(config: dict) -> dict:
                                task=tasks.recorded_fields(run["task"])))
 
 
-def truncate_jsonl(path: str, step: int) -> list[dict]:
-  rows = [r for r in read_jsonl(path) if r["step"] <= step]
+def truncate_jsonl(path: str, step: int,
+                   cut_off: Optional[Callable[[str], None]] = None) -> list[dict]:
+  """Keeps the rows up to ``step`` (a resume's checkpoint), rewritten
+  atomically; a cut-off last line goes as :func:`read_jsonl` says."""
+  rows = [r for r in read_jsonl(path, cut_off) if r.get("step", math.inf) <= step]
   with open(path + ".tmp", "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in rows)
   os.replace(path + ".tmp", path)
@@ -156,13 +206,20 @@ def check_workdir(workdir, paths, config, resume) -> None:
         "trained with cannot be verified", Remedy.START_OVER_OR_OTHER_WORKDIR)
   old, diff = None, []
   if os.path.exists(paths["config"]):
-    with open(paths["config"]) as f:
-      old = recorded(json.load(f))
+    old = recorded(read_config(paths["config"]))
     diff = config_diff(old, config)
     if resume and diff:
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
           + "; ".join(diff[:6]) + ")", Remedy.START_OVER_OR_OTHER_WORKDIR)
+  if (resume and not os.path.isdir(paths["ckpt"]) and not os.path.exists(paths["summary"])
+      and os.path.exists(paths["metrics"])):
+    done = read_jsonl(paths["metrics"], cut_off=lambda _: None)
+    if done:  # a run that evaluated had made ckpt/ before: it was removed
+      raise BadFileError(
+          f"{paths['ckpt']} is gone, but {paths['metrics']} holds evaluations up to step "
+          f"{done[-1].get('step')}: the run cannot resume from them (restore ckpt/ if you "
+          "have a copy)", Remedy.START_OVER)
   if not resume and writer:  # discard an earlier run, with or without its config
     for key in ("metrics", "summary", "plot", "spectra", "curvature", "steps"):
       if os.path.exists(paths[key]):
