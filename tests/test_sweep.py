@@ -188,7 +188,7 @@ def test_a_sigterm_during_a_first_call_exits_within_the_grace(tmp_path):
 def test_a_sigterm_mid_interval_saves_there_within_the_grace_and_resumes_bit_identical(
     tmp_path):
   """With a 1.5 s grace a 256-step interval runs as calls of at most 0.5 s
-  (the first call's pace; a power of two, so no remainder), and a SIGTERM mid-interval (the third: the
+  (the first call's pace; a power of two: no remainder), and a SIGTERM mid-interval (the third: the
   calls' programs compiled in the second) saves after the call in flight, with
   the interval's losses so far: the process exits within the grace at a step
   between evaluations, and the same command finishes the run equal, row for
@@ -216,6 +216,31 @@ def test_a_sigterm_mid_interval_saves_there_within_the_grace_and_resumes_bit_ide
   for name in ("metrics.jsonl", "steps.jsonl"):
     assert rows(cut, name) == rows(whole, name), name
   assert _summary(cut)["test_accuracy"] == _summary(whole)["test_accuracy"]
+
+
+def test_an_analysis_beside_a_training_run_reads_a_complete_checkpoint_and_says_which(
+    tmp_path):
+  """decompose, three times, while a sweep saves a checkpoint every 20 steps
+  and deletes the older ones (keep-last-2): each reads a complete checkpoint
+  (an evaluation's step; a half-written save is never listed), says which
+  step in one line and that the run is still training, and changes nothing
+  of the run (a read-only checkpoint manager)."""
+  wd = str(tmp_path / "training")
+  proc, lines, reader = _background_sweep(wd, steps=100000, eval_every=20)
+  try:
+    _wait_for(lines, "step 40/100000", time.time() + 300)
+    outs = run_cli_batch("experiments.decompose", [([f"--workdir={wd}"], tmp_path)] * 3)
+    assert proc.poll() is None, "".join(lines)[-2000:]  # still training throughout
+  finally:
+    proc.kill()
+    proc.wait()
+  steps = []
+  for out in outs:
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    said = [line for line in out.stderr.splitlines() if "analysing the checkpoint of step" in line]
+    assert len(said) == 1 and "the run is still training" in said[0], out.stderr[-2000:]
+    steps.append(int(re.search(r"checkpoint of step (\d+) of 100000", said[0]).group(1)))
+  assert all(s % 20 == 0 and s >= 40 for s in steps), steps
 
 
 def test_finished_run_is_not_retrained(reference):

@@ -251,10 +251,12 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str, *, max_to_keep: int = 2,
-               fetch: Optional[Callable[[Any], np.ndarray]] = None):
+               fetch: Optional[Callable[[Any], np.ndarray]] = None, read_only: bool = False):
     self.directory = os.path.abspath(directory)
     self._fetch = fetch or np.asarray
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    # read_only: an analysis beside a run that trains changes nothing there
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=not read_only,
+                                           read_only=read_only)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
     self._pending = (None, 0)  # the last save started: (step, bytes it needed)
     for name in ("absl", "orbax", "asyncio"):

@@ -630,16 +630,24 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
                      seed_group=seed_group if mesh is None else None)
   if not os.path.isdir(os.path.join(workdir, "ckpt")):  # do not create an empty one
     raise CheckpointError(f"no checkpoint under {workdir}/ckpt")
-  ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=devices.fetch)
-  try:
-    states, _, step, skipped = ckpt.restore_verified(steps.abstract_state(len(seeds), mesh))
-  except CheckpointError as e:
-    if _edited(e):
-      raise BadFileError(f"{config_path} describes another model than its checkpoints hold "
-                         f"({e.reason}): was it edited? Restore it") from None
-    raise
-  finally:
-    ckpt.close()
+  abstract = steps.abstract_state(len(seeds), mesh)
+  for attempt in range(3):
+    # Only finished saves are listed (orbax writes a save into a temporary
+    # folder and renames it when complete); a run that trains may still delete
+    # the one being read (keep-last-N), so a failed read of a training run's
+    # checkpoints lists them again.
+    ckpt = Checkpointer(os.path.join(workdir, "ckpt"), fetch=devices.fetch, read_only=True)
+    try:
+      states, _, step, skipped = ckpt.restore_verified(abstract)
+      break
+    except CheckpointError as e:
+      if _edited(e):
+        raise BadFileError(f"{config_path} describes another model than its checkpoints "
+                           f"hold ({e.reason}): was it edited? Restore it") from None
+      if attempt == 2 or lock_holder(workdir) is None:
+        raise
+    finally:
+      ckpt.close()
   total = config.get("total_steps", steps.total_steps)
   line = f"{workdir}: analysing the checkpoint of step {step} of {total}"
   if skipped:
