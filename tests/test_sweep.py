@@ -243,6 +243,22 @@ def test_an_analysis_beside_a_training_run_reads_a_complete_checkpoint_and_says_
   assert all(s % 20 == 0 and s >= 40 for s in steps), steps
 
 
+def test_a_short_fault_soak_ends_bit_identical_to_the_uninterrupted_run(reference, tmp_path):
+  """benchmarks/faults.py's soak, short: a kill while a checkpoint is written,
+  a Ctrl-C mid-run and a SIGTERM during start-up, each followed by the same
+  command; the run then equals the session's uninterrupted sweep in every
+  metrics and steps row, TensorBoard scalar, checkpoint array and summary
+  accuracy, each row once (the benchmark runs 50 drawn faults)."""
+  from benchmarks import faults
+  lines = []
+  report = faults.soak(str(tmp_path), [("kill-in-save", 1, 0.0), ("SIGINT", 1, 0.0),
+                                       ("SIGTERM", 0, 0.5)],
+                       reference=reference[0], faults_per_run=3, log=lines.append)
+  assert report["faults"] == 3 and report["runs"] == 1, lines
+  assert report["differences"] == [] and report["unexpected"] == [], report
+  assert "3 faults injected at these steps" in lines[-1] and "0 differences" in lines[-1]
+
+
 def test_finished_run_is_not_retrained(reference):
   wd, _ = reference
   before = _summary(wd)
