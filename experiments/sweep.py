@@ -14,6 +14,16 @@ the final table to stdout.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a Ctrl-C while no run trains (the imports: seconds): one line
+  import os as _os
+  import signal as _signal
+
+  def _ctrl_c_at_start(signum, frame):
+    _os.write(2, b"\ninterrupted while no run was training: nothing was being written "
+                 b"(a finished run is saved; rerun the same command for the rest)\n")
+    _os._exit(130)
+  _signal.signal(_signal.SIGINT, _ctrl_c_at_start)  # the run's own handler replaces it
+
 import errno
 import importlib
 import math

@@ -114,6 +114,21 @@ def test_ctrl_c_stops_at_a_checkpoint_with_one_line(tmp_path):
   assert str(int(m.group(1))) in os.listdir(os.path.join(wd, "ckpt"))
 
 
+def test_ctrl_c_while_the_program_starts_is_one_line(tmp_path):
+  """A Ctrl-C during the imports (before any run's handler): exit 130 and one
+  line, not an import's KeyboardInterrupt traceback; nothing written."""
+  wd = str(tmp_path / "early")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
+       f"--workdir={wd}"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+  time.sleep(0.5)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130, err[-2000:]
+  assert "interrupted while no run was training" in err and "Traceback" not in err, err[-2000:]
+  assert not os.path.exists(wd)
+
+
 def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
   """The first Ctrl-C is answered while the chunk still runs (before the next
   progress line), saying when the run will stop; a second one stops at once --
