@@ -237,6 +237,8 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
               ckpt.save(step, states, {"step": step, "elapsed": elapsed + time.time() - t0,
                                        "interval_losses": so_far.tolist(),
                                        "call_steps": pace.call})
+              if hooks.on_checkpoint is not None:
+                hooks.on_checkpoint(step)
               ckpt.wait()
               raise Interrupted(step)
           losses = np.concatenate(parts, axis=1)  # [seeds, the interval's steps]

@@ -212,12 +212,13 @@ def check_workdir(workdir, paths, config, resume) -> None:
       raise ConfigMismatchError(
           f"{workdir} holds a run with different settings ("
           + "; ".join(diff[:6]) + ")", Remedy.START_OVER_OR_OTHER_WORKDIR)
-  if (resume and not os.path.isdir(paths["ckpt"]) and not os.path.exists(paths["summary"])
-      and os.path.exists(paths["metrics"])):
-    done = read_jsonl(paths["metrics"], cut_off=lambda _: None)
+  metrics, summary = paths.get("metrics"), paths.get("summary")
+  if (resume and metrics and os.path.exists(metrics) and not os.path.isdir(paths["ckpt"])
+      and not (summary and os.path.exists(summary))):
+    done = read_jsonl(metrics, cut_off=lambda _: None)
     if done:  # a run that evaluated had made ckpt/ before: it was removed
       raise BadFileError(
-          f"{paths['ckpt']} is gone, but {paths['metrics']} holds evaluations up to step "
+          f"{paths['ckpt']} is gone, but {metrics} holds evaluations up to step "
           f"{done[-1].get('step')}: the run cannot resume from them (restore ckpt/ if you "
           "have a copy)", Remedy.START_OVER)
   if not resume and writer:  # discard an earlier run, with or without its config
