@@ -9,9 +9,9 @@ The faults: SIGKILL, SIGTERM (a scheduler's preemption), SIGINT (one Ctrl-C),
 and a SIGKILL the moment a progress line appears, which is while that
 evaluation's checkpoint is being written (its save is asynchronous and starts
 just before the line; whether the kill cut a save is counted). Each lands after
-a drawn number of this attempt's evaluations (0: during start-up and
-compilation) plus a drawn delay; one that comes after the process ended (it
-finished first) is not counted and is drawn into the next attempt. A run
+a drawn share of the evaluations the attempt has left (none: during start-up
+and compilation) plus a drawn delay; one that comes after the process ended
+(it finished first) is not counted and is tried once more in the next attempt. A run
 takes faults until ``--faults_per_run`` or until it finishes on its own; then
 a fresh workdir takes the next ones.
 
@@ -46,17 +46,28 @@ def sweep_command(workdir: str, args=ARGS) -> list:
   return [sys.executable, "-m", "experiments.sweep", *args, f"--workdir={workdir}"]
 
 
-def draw_faults(n: int, seed: int, evaluations: int = 4) -> list:
-  """``n`` faults ``(kind, after evaluations, delay s)`` from ``seed``."""
+def draw_faults(n: int, seed: int) -> list:
+  """``n`` faults ``(kind, where, delay s)`` from ``seed``: ``where`` in [0, 1)
+  places the fault among the evaluations the attempt has left (0: during
+  start-up), so that it lands whatever checkpoint the attempt resumed from."""
   rng = np.random.default_rng(seed)
-  return [_draw_one(rng, evaluations) for _ in range(n)]
+  out = []
+  for _ in range(n):
+    kind = KINDS[int(rng.integers(len(KINDS)))]
+    delay = 0.0 if kind == "kill-in-save" else float(rng.uniform(0.0, 0.2))
+    out.append((kind, float(rng.uniform(0.0, 1.0)), delay))
+  return out
 
 
-def _draw_one(rng, evaluations):
-  kind = KINDS[int(rng.integers(len(KINDS)))]
-  after = int(rng.integers(1 if kind == "kill-in-save" else 0, evaluations))
-  delay = 0.0 if kind == "kill-in-save" else float(rng.uniform(0.0, 0.5))
-  return kind, after, delay
+def _evaluations_left(workdir: str, args) -> int:
+  """Evaluations an attempt has before it finishes: from the newest kept
+  checkpoint (a step directory) to the end."""
+  value = lambda name: int(next(a.split("=")[1] for a in args if a.startswith(f"--{name}=")))
+  total, every = value("steps"), value("eval_every")
+  ckpt = os.path.join(workdir, "ckpt")
+  done = max([int(d) for d in os.listdir(ckpt) if d.isdigit()], default=0) \
+      if os.path.isdir(ckpt) else 0
+  return -(-(total - done) // every)
 
 
 def attempt(cmd, workdir: str, fault: Optional[tuple], timeout: float = 600) -> dict:
@@ -69,7 +80,7 @@ def attempt(cmd, workdir: str, fault: Optional[tuple], timeout: float = 600) -> 
   got = {"injected": False, "kind": None, "at_step": None, "cut_save": None}
   try:
     if fault is not None:
-      kind, after, delay = fault
+      kind, after, delay = fault  # after: this attempt's evaluations before it
       progress = lambda: [ln for ln in lines if "] step " in ln and "/" in ln]
       mark = "generating data and compiling" if after == 0 else None
       deadline = time.time() + timeout
@@ -155,6 +166,7 @@ def soak(root: str, faults: list, *, reference: Optional[str] = None, args=ARGS,
     if out["returncode"] != 0:
       raise RuntimeError(f"the uninterrupted run failed:\n{out['stderr'][-2000:]}")
   injected, resumes, diffs, runs, unexpected = [], 0, [], 0, []
+  late, tried_late = 0, []  # faults that came after the process had ended
   todo = list(faults)
   while todo:
     wd = os.path.join(root, f"run{runs}")
@@ -162,8 +174,20 @@ def soak(root: str, faults: list, *, reference: Optional[str] = None, args=ARGS,
     runs += 1
     in_run = 0
     while True:
-      fault = todo[0] if todo and in_run < faults_per_run else None
+      fault, left = None, _evaluations_left(wd, args)
+      if todo and in_run < faults_per_run and left > 0:
+        kind, where, delay = todo[0]
+        after = int(where * left)  # 0 .. left - 1 progress lines of this attempt
+        if kind == "kill-in-save":  # right after a progress line: its save in flight
+          after = max(after, 1)
+        fault = (kind, after, delay)
       out = attempt(sweep_command(wd, args), wd, fault)
+      if fault is not None and not (out["injected"] and out["returncode"] != 0):
+        late += 1  # the run ended first: the fault goes to the next attempt, once
+        if todo[0] in tried_late:
+          todo.pop(0)
+        else:
+          tried_late.append(todo[0])
       if out["injected"] and out["returncode"] != 0:  # 0: it ended first, no fault
         todo.pop(0)
         in_run += 1
@@ -187,7 +211,7 @@ def soak(root: str, faults: list, *, reference: Optional[str] = None, args=ARGS,
         continue  # a fault that came too late to land, and the run is not done: again
       diffs += [f"{os.path.basename(wd)}: {d}" for d in compare(wd, reference)]
       break
-  report = {"faults": len(injected), "resumes": resumes, "runs": runs,
+  report = {"faults": len(injected), "resumes": resumes, "runs": runs, "late": late,
             "differences": diffs, "unexpected": unexpected, "injected": injected,
             "cut_saves": sum(bool(f["cut_save"]) for f in injected),
             "by_kind": {k: sum(f["kind"] == k for f in injected) for k in KINDS}}

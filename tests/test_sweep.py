@@ -268,8 +268,8 @@ def test_a_short_fault_soak_ends_bit_identical_to_the_uninterrupted_run(referenc
   accuracy, each row once (the benchmark runs 50 drawn faults)."""
   from benchmarks import faults
   lines = []
-  report = faults.soak(str(tmp_path), [("kill-in-save", 1, 0.0), ("SIGINT", 1, 0.0),
-                                       ("SIGTERM", 0, 0.5)],
+  report = faults.soak(str(tmp_path), [("kill-in-save", 0.0, 0.0), ("SIGINT", 0.4, 0.0),
+                                       ("SIGTERM", 0.0, 0.5)],
                        reference=reference[0], faults_per_run=3, log=lines.append)
   assert report["faults"] == 3 and report["runs"] == 1, lines
   assert report["differences"] == [] and report["unexpected"] == [], report
