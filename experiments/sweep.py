@@ -549,6 +549,9 @@ def main(argv):
         if not quiet:
           print(f"preempted at step {e.step}: saved; rerun the same command to resume {tag}",
                 file=sys.stderr, flush=True)
+        if not FLAGS.distributed:  # saved and closed: the interpreter's teardown (up to
+          sys.stdout.flush()       # a second on a loaded machine) is not the grace's to pay
+          os._exit(PREEMPTED_EXIT)
         return PREEMPTED_EXIT
       print(f"interrupted at step {e.step}, checkpoint saved: rerun the same command "
             f"to resume {tag} from there", file=sys.stderr, flush=True)

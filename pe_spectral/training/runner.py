@@ -198,7 +198,7 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
     notify(f"{workdir}: generating data and compiling; the first progress line comes "
            "after the first evaluation")
     session = _session(rc, seeds, workdir, paths, options, notify)
-    steps, keys, arr, total = session.steps, session.keys, session.arrays, session.steps.total_steps
+    steps, total = session.steps, session.steps.total_steps
     recorders = builtin_recorders(rc, record_spectra=options.record_spectra,
                                   record_curvature=options.record_curvature) + list(recorders)
     unfinished = remove_unfinished_saves(paths["ckpt"]) if writer and options.resume else []
@@ -215,34 +215,10 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
         while step < total:
           t0 = time.time()
           target = min((step // options.eval_every + 1) * options.eval_every, total)
-          parts, compile_s, ran = [] if pending is None else [pending], 0.0, 0
-          pending = None
-          while step < target:  # one compiled call, or several (call_seconds)
-            n = pace.call_steps(target - step)
-            t_call = time.time()
-            states, losses = chunk(states, keys, arr["train_ids"], arr["train_labels"],
-                                   num_steps=n)
-            # A jitted call traces and compiles before it returns; the execution
-            # itself is asynchronous (``fetch`` waits for it, polling, so that
-            # Ctrl-C is handled at once). The calls' own time is compilation.
-            t_run = time.time()
-            compile_s += t_run - t_call
-            losses = devices.fetch(losses)  # [seeds, n]
-            pace.ran(n, time.time() - t_run)
-            _check_finite(session, ckpt, states, losses, step, n)
-            step, ran = step + n, ran + n
-            parts.append(losses)
-            if step < target and hooks.should_stop is not None and hooks.should_stop():
-              so_far = np.concatenate(parts, axis=1)  # the resume carries them on
-              ckpt.save(step, states, {"step": step, "elapsed": elapsed + time.time() - t0,
-                                       "interval_losses": so_far.tolist(),
-                                       "call_steps": pace.call})
-              if hooks.on_checkpoint is not None:
-                hooks.on_checkpoint(step)
-              ckpt.wait()
-              raise Interrupted(step)
-          losses = np.concatenate(parts, axis=1)  # [seeds, the interval's steps]
-          k = losses.shape[1]
+          states, losses, ran, compile_s = _train_to(
+              session, chunk, states, step, target, pending, pace, ckpt, hooks,
+              elapsed=lambda: elapsed + time.time() - t0)
+          step, pending, k = target, None, losses.shape[1]
           t1 = time.time()
           test_acc, test_loss, train_acc = _evaluate(session, states)
           compile_s += time.time() - t1
@@ -274,6 +250,41 @@ def run(rc, seeds: list[int], workdir: str, options: RunOptions = RunOptions(),
       write_json(paths["summary"], summary)
       draw_figures(session, records, spectra=bool(options.record_spectra))
   return summary
+
+
+def _train_to(session, chunk, states, step, target, pending, pace, ckpt, hooks, *, elapsed):
+  """Trains from ``step`` to the evaluation at ``target``: one compiled call,
+  or several of ``pace.call_steps`` (``RunOptions.call_seconds``) with
+  ``should_stop`` polled between them -- a stop there saves the step reached,
+  with the interval's losses so far (``pending`` carries them on at the
+  resume), and raises :class:`Interrupted`. Returns ``(states, losses [seeds,
+  the interval's steps], steps run here, seconds spent compiling)``."""
+  arr = session.arrays
+  parts, compile_s, ran = [] if pending is None else [pending], 0.0, 0
+  while step < target:
+    n = pace.call_steps(target - step)
+    t_call = time.time()
+    states, losses = chunk(states, session.keys, arr["train_ids"], arr["train_labels"],
+                           num_steps=n)
+    # A jitted call traces and compiles before it returns; the execution
+    # itself is asynchronous (``fetch`` waits for it, polling, so that Ctrl-C
+    # is handled at once). The call's own time is compilation.
+    t_run = time.time()
+    compile_s += t_run - t_call
+    losses = devices.fetch(losses)  # [seeds, n]
+    pace.ran(n, time.time() - t_run)
+    _check_finite(session, ckpt, states, losses, step, n)
+    step, ran = step + n, ran + n
+    parts.append(losses)
+    if step < target and hooks.should_stop is not None and hooks.should_stop():
+      so_far = np.concatenate(parts, axis=1)
+      ckpt.save(step, states, {"step": step, "elapsed": elapsed(),
+                               "interval_losses": so_far.tolist(), "call_steps": pace.call})
+      if hooks.on_checkpoint is not None:
+        hooks.on_checkpoint(step)
+      ckpt.wait()
+      raise Interrupted(step)
+  return states, np.concatenate(parts, axis=1), ran, compile_s
 
 
 def _close(recorders) -> None:
@@ -449,9 +460,12 @@ class _Pace:
       return remaining
     if self.call is None:
       self.call = max(2, 2 ** int(np.log2(max(self.call_seconds / self.step_s, 1.0))))
-    if remaining - self.call == 1:  # never a call of one step out of a longer interval:
-      return self.call - 1 if self.call > 2 else remaining  # XLA inlines a 1-step loop,
-    return min(remaining, self.call)                         # which changes the bits
+    if remaining > self.call and remaining % self.call == 1:
+      # never a call of one step out of a longer interval (XLA inlines a
+      # one-step loop, which changes the bits): one longer call first, so
+      # that an interval takes two call lengths at most
+      return self.call + 1
+    return min(remaining, self.call)
 
   def row(self, losses, test_acc, test_loss, train_acc, *, step, total, k, dt, compile_s,
           rec_s) -> dict:
