@@ -54,7 +54,7 @@ def draw_faults(n: int, seed: int) -> list:
   out = []
   for _ in range(n):
     kind = KINDS[int(rng.integers(len(KINDS)))]
-    delay = 0.0 if kind == "kill-in-save" else float(rng.uniform(0.0, 0.2))
+    delay = 0.0 if kind == "kill-in-save" else float(rng.uniform(0.0, 0.05))
     out.append((kind, float(rng.uniform(0.0, 1.0)), delay))
   return out
 
