@@ -255,9 +255,13 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self._fetch = fetch or np.asarray
     # read_only: an analysis beside a run that trains changes nothing there
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=not read_only,
-                                           read_only=read_only)
-    self._manager = ocp.CheckpointManager(self.directory, options=options)
+    # (orbax warns that it keeps every step and that the folder is read-only:
+    # both what a reader means, so not said)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=None if read_only else max_to_keep, create=not read_only,
+        read_only=read_only, **({"save_interval_steps": 0} if read_only else {}))
+    with _quiet_orbax() if read_only else contextlib.nullcontext():
+      self._manager = ocp.CheckpointManager(self.directory, options=options)
     self._pending = (None, 0)  # the last save started: (step, bytes it needed)
     for name in ("absl", "orbax", "asyncio"):
       std_logging.getLogger(name).addFilter(_DROP_DISK_FULL)
