@@ -13,6 +13,7 @@ failing that, the next older kept step, saying why the newer one was skipped.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging as std_logging
@@ -34,7 +35,15 @@ __all__ = ["Checkpointer", "CheckpointError", "DiskFullError", "tree_checksum",
 
 
 class CheckpointError(RunError):
-  """No kept checkpoint of a workdir can be used (``remedy`` says what to do)."""
+  """No kept checkpoint of a workdir can be used (``remedy`` says what to do).
+  ``other_model``: every kept checkpoint stores other arrays (shapes, dtypes or
+  their number) than the model it was restored for: the config that asked for
+  them is not the one that trained them."""
+
+  def __init__(self, reason: str, remedy: Optional[Remedy] = None, *,
+               other_model: bool = False):
+    super().__init__(reason, remedy)
+    self.other_model = other_model
 
 
 class DiskFullError(RunError):
@@ -322,6 +331,30 @@ class Checkpointer:
         meta=ocp.args.JsonRestore()))
     return out["state"], out["meta"]
 
+  def _other_arrays(self, step: int, abstract_state: Any) -> Optional[str]:
+    """Why the arrays stored at ``step`` (their shapes and dtypes, read from
+    orbax's metadata without restoring them) cannot be the model's that
+    ``abstract_state`` describes, or None when they can (or when the metadata
+    cannot be read: the restore then says what is wrong)."""
+    try:
+      stored = ocp.StandardCheckpointer().metadata(
+          os.path.join(self.directory, str(step), "state"))
+      stored = jax.tree.leaves(getattr(stored, "item_metadata", stored))
+      have = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype))) for a in stored)
+    except Exception:  # noqa: BLE001 - no or unreadable metadata: the restore reports it
+      return None
+    want = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype)))
+                               for a in jax.tree.leaves(abstract_state))
+    if have == want:
+      return None
+    extra, missing = sorted((have - want).elements()), sorted((want - have).elements())
+    what = lambda a: f"{a[0]} {a[1]}"  # noqa: E731
+    if extra and missing:
+      return (f"an array of shape {what(extra[0])} where the run's config needs "
+              f"{what(missing[0])}")
+    return (f"{sum(have.values())} arrays where the run's config needs "
+            f"{sum(want.values())}")
+
   def _problem(self, state, meta, abstract_state) -> Optional[str]:
     """Why a restored ``(state, meta)`` cannot be used, or None."""
     if not isinstance(meta, dict) or "checksum" not in meta:
@@ -357,7 +390,13 @@ class Checkpointer:
       except Exception as e:  # noqa: BLE001 - unreadable step folders
         raise CheckpointError(f"cannot list the checkpoints in {self.directory} "
                               f"({_first_line(e)})") from None
+      other = 0  # steps that store another model's arrays
       for step in candidates:
+        why = self._other_arrays(step, abstract_state)
+        if why is not None:
+          skipped.append(f"step {step}: {why}")
+          other += 1
+          continue
         try:
           with _drop_abandoned_reads():
             state, meta = self.restore(step, abstract_state)
@@ -371,7 +410,8 @@ class Checkpointer:
     if not candidates:
       raise CheckpointError(f"no checkpoint in {self.directory}")
     raise CheckpointError(
-        f"no usable checkpoint in {self.directory} (" + "; ".join(skipped) + ")")
+        f"no usable checkpoint in {self.directory} (" + "; ".join(skipped) + ")",
+        other_model=other == len(candidates))
 
   def delete(self, step: int) -> None:
     """Removes a kept step (e.g. one that failed verification)."""

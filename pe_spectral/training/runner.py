@@ -597,15 +597,6 @@ def draw_figures(session: _Session, records: list, *, spectra: bool) -> None:
                                        os.path.join(session.workdir, "frequencies.png"), title)
 
 
-def _edited(e: CheckpointError) -> bool:
-  """Whether every kept checkpoint failed on its arrays' shapes or structure:
-  the config that built the model is not the one that trained them."""
-  reasons = e.reason.partition(" (")[2].split("; step ")
-  return bool(reasons) and all(
-      "do not match the run's model" in r or "where the run's config needs" in r
-      or "shape" in r.lower() for r in reasons)
-
-
 class LoadedRun(NamedTuple):
   """A trained run as :func:`load_run` restores it."""
   config: dict        # config.json
@@ -657,7 +648,7 @@ def load_run(workdir: str, notify: Callable[[str], None] = _notify_stderr, *,
       states, _, step, skipped = ckpt.restore_verified(abstract)
       break
     except CheckpointError as e:
-      if _edited(e):
+      if e.other_model:
         raise BadFileError(f"{config_path} describes another model than its checkpoints "
                            f"hold ({e.reason}): was it edited? Restore it") from None
       if attempt == 2 or lock_holder(workdir) is None:
