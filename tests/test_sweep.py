@@ -75,14 +75,19 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
   assert a["train_accuracy"] == b["train_accuracy"]
 
 
-def _background_sweep(wd, *, steps, eval_every, more=()):
-  """A one-seed smoke sweep running in the background, stderr piped (to signal),
-  and the list its stderr lines are read into by a daemon thread: every wait
-  on it is bounded, so a child that never exits fails the test, never hangs it."""
+def _background_sweep(wd, *, steps=None, eval_every=None, more=(), args=None, env=None):
+  """A sweep running in the background, stderr piped (to signal), and the
+  list its stderr lines are read into by a daemon thread: every wait on it is
+  bounded, so a child that never exits fails the test, never hangs it. Its
+  command line: ``args``, or a one-seed smoke run of ``steps`` and
+  ``eval_every`` with ``more``."""
+  if args is None:
+    args = ["--preset=smoke", "--seeds=1", f"--steps={steps}", f"--eval_every={eval_every}",
+            *more]
   proc = subprocess.Popen(
-      [sys.executable, "-m", "experiments.sweep", "--preset=smoke", "--seeds=1",
-       f"--steps={steps}", f"--eval_every={eval_every}", f"--workdir={wd}", *more],
-      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+      [sys.executable, "-m", "experiments.sweep", *args, f"--workdir={wd}"],
+      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+      env=dict(os.environ, **(env or {})))
   lines = []
   reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
   reader.start()
@@ -166,13 +171,7 @@ def test_ctrl_c_answers_during_a_chunk_and_twice_stops_at_once(tmp_path):
 def _signalled_sweep(wd, args, *, after, signum=signal.SIGTERM, env=None):
   """A sweep with ``args``, sent ``signum`` once its stderr shows ``after``:
   ``(returncode, seconds from the signal to the exit, stderr)``."""
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "experiments.sweep", *args, f"--workdir={wd}"],
-      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-      env=dict(os.environ, **(env or {})))
-  lines = []
-  reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-  reader.start()
+  proc, lines, reader = _background_sweep(wd, args=args, env=env)
   try:
     _wait_for(lines, after, time.time() + 300)
     sent = time.time()
