@@ -132,3 +132,46 @@ def test_analyses_say_in_one_line_when_config_or_checkpoints_do_not_fit(sweep_re
   for out, text in zip(outs, says):
     assert out.returncode == 2, out.stderr[-2000:]
     assert text in _one_error_line(out), out.stderr[-2000:]
+
+
+def test_a_reader_whose_checkpoints_a_training_run_deletes_lists_them_again(sweep_reference,
+                                                                            tmp_path,
+                                                                            monkeypatch):
+  """The race of an analysis beside a run that trains, made deterministic: the
+  reader lists steps 18 and 24, and while it reads 24 the writer saves step 30
+  and deletes both older ones (keep-last-N). Every step it listed is gone, so
+  the read fails; the run still holds its lock, so load_run lists the
+  checkpoints again and reads step 30, saying so (it failed with 'no usable
+  checkpoint' before the readers commit, e04ec9d)."""
+  import fcntl
+
+  from pe_spectral.training import checkpoint, runner
+  ref, _ = sweep_reference
+  wd = str(tmp_path / "training")
+  shutil.copytree(ref, wd)
+  os.remove(os.path.join(wd, "summary.json"))
+  ckpt = os.path.join(wd, "ckpt")
+  lock = open(os.path.join(wd, ".lock"), "w")  # the training process's lock
+  lock.write("pid 1 on the-trainer")
+  lock.flush()
+  fcntl.flock(lock, fcntl.LOCK_EX)
+  restore, saved = checkpoint.Checkpointer.restore, []
+
+  def writer_meanwhile(self, step, abstract_state):
+    if not saved:  # the writer's save of step 30 (renamed when complete), then keep-last-N
+      shutil.copytree(os.path.join(ckpt, "24"), os.path.join(ckpt, "30.tmp"))
+      os.rename(os.path.join(ckpt, "30.tmp"), os.path.join(ckpt, "30"))
+      for old in ("18", "24"):
+        shutil.rmtree(os.path.join(ckpt, old))
+      saved.append(30)
+    return restore(self, step, abstract_state)
+
+  monkeypatch.setattr(checkpoint.Checkpointer, "restore", writer_meanwhile)
+  said = []
+  try:
+    run = runner.load_run(wd, notify=said.append)
+  finally:
+    lock.close()
+  assert saved == [30] and run.step == 30
+  assert len(said) == 1 and "analysing the checkpoint of step 30" in said[0], said
+  assert "the run is still training (pid 1 on the-trainer)" in said[0], said
