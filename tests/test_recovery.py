@@ -117,17 +117,23 @@ class _Pending:
     yield
 
 
-def _abandon(name):
+def _abandon(name, *, in_orbax=True):
   """A suspended coroutine called ``name`` whose close raises, dropped: the
   "Exception ignored in: <coroutine object ...>" that an abandoned orbax read
-  gives when it is collected."""
-  async def read():
-    try:
-      await _Pending()
-    finally:
-      raise Exception(f"{name} failed")  # noqa: B012 - raising on close is the point
+  gives when it is collected. ``in_orbax``: its code is filed under orbax's
+  package, as an abandoned read's is; else under this test file."""
+  import orbax.checkpoint as ocp
+  where = os.path.join(os.path.dirname(ocp.__file__), "_abandoned.py") if in_orbax else __file__
+  src = ("async def read(pending):\n"
+         "  try:\n"
+         "    await pending\n"
+         "  finally:\n"
+         "    raise Exception(NAME + ' failed')\n")
+  ns = {"NAME": name}
+  exec(compile(src, where, "exec"), ns)  # noqa: S102 - a coroutine filed under orbax's folder
+  read = ns["read"]
   read.__qualname__ = name
-  c = read()
+  c = read(_Pending())
   c.send(None)
   del c
 
@@ -147,20 +153,23 @@ def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
   """The filter drops only orbax's abandoned-read errors, forwards the rest to
   the hook that was in place, leaves after a restore that worked and stays
   after one that failed (its reads may finish later)."""
-  from pe_spectral.training.checkpoint import _ABANDONED_READ, _drop_abandoned_reads
+  from pe_spectral.training.checkpoint import _drop_abandoned_reads
+  read = "_read_array_index_and_device_put"  # orbax 0.12's; any coroutine of orbax's is dropped
   seen = []
   recorder = lambda u: seen.append(getattr(u.object, "__qualname__", None))
   monkeypatch.setattr(sys, "unraisablehook", recorder)
   with _drop_abandoned_reads():
-    _abandon(_ABANDONED_READ)
-    _abandon("someone_elses_coroutine")
+    _abandon(read)
+    _abandon("a_renamed_orbax_read")
+    _abandon("someone_elses_coroutine", in_orbax=False)
+    _abandon(read, in_orbax=False)  # the same name outside orbax: not dropped
     for err in (_closed_loop_error(), RuntimeError("something else")):  # done-callbacks' errors
       sys.unraisablehook(types.SimpleNamespace(
           object=None, exc_type=RuntimeError, exc_value=err, exc_traceback=None, err_msg=None))
-  assert seen == ["someone_elses_coroutine", None]
+  assert seen == ["someone_elses_coroutine", read, None]
   assert sys.unraisablehook is recorder
-  _abandon(_ABANDONED_READ)  # outside, after a restore that worked: not dropped
-  assert seen[-1] == _ABANDONED_READ
+  _abandon(read)  # outside, after a restore that worked: not dropped
+  assert seen[-1] == read
   with pytest.raises(ValueError):
     with _drop_abandoned_reads():
       raise ValueError("the restore failed")
@@ -170,8 +179,8 @@ def test_abandoned_orbax_reads_are_dropped_and_nothing_else(monkeypatch):
     assert sys.unraisablehook is installed  # no second layer
   assert sys.unraisablehook is installed
   seen.clear()
-  _abandon(_ABANDONED_READ)
-  _abandon("someone_elses_coroutine")
+  _abandon(read)
+  _abandon("someone_elses_coroutine", in_orbax=False)
   assert seen == ["someone_elses_coroutine"]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import inspect
 import logging as std_logging
 import os
 import shutil
@@ -141,12 +142,20 @@ def _quiet_orbax():
 # raises into the void: "Exception ignored in: <coroutine object
 # _read_array_index_and_device_put>" with the whole TensorStore spec, and
 # "RuntimeError: Event loop is closed" from a read's done-callback. The failure
-# itself is reported in one line; these are noise.
-_ABANDONED_READ = "_read_array_index_and_device_put"
+# itself is reported in one line; these are noise. They are told by where the
+# coroutine's code lives (orbax's package), not by its name: naming one of
+# orbax's private coroutines held orbax below its next release.
+_ORBAX_DIR = os.path.dirname(os.path.abspath(ocp.__file__)) + os.sep
+
+
+def _orbax_coroutine(obj) -> bool:
+  """Whether ``obj`` is a coroutine whose code is orbax's own."""
+  code = getattr(obj, "cr_code", None) if inspect.iscoroutine(obj) else None
+  return code is not None and os.path.abspath(code.co_filename).startswith(_ORBAX_DIR)
 
 
 def _abandoned_read(u) -> bool:
-  if getattr(u.object, "__qualname__", None) == _ABANDONED_READ:
+  if _orbax_coroutine(u.object):
     return True
   return u.object is None and _closed_loop_callback(u.exc_value)
 
