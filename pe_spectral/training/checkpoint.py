@@ -19,6 +19,7 @@ import errno
 import inspect
 import logging as std_logging
 import os
+import pathlib
 import shutil
 import sys
 import threading
@@ -346,8 +347,8 @@ class Checkpointer:
     ``abstract_state`` describes, or None when they can (or when the metadata
     cannot be read: the restore then says what is wrong)."""
     try:
-      stored = ocp.StandardCheckpointer().metadata(
-          os.path.join(self.directory, str(step), "state"))
+      stored = ocp.StandardCheckpointHandler().metadata(
+          pathlib.Path(self.directory, str(step), "state"))
       stored = jax.tree.leaves(getattr(stored, "item_metadata", stored))
       have = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype))) for a in stored)
     except Exception:  # noqa: BLE001 - no or unreadable metadata: the restore reports it
