@@ -110,6 +110,26 @@ def test_restore_verified_rejects_non_finite_and_wrong_shapes(tmp_path):
       c.restore_verified(other)
   assert "no usable checkpoint" in str(e.value) and "\n" not in str(e.value)
   assert "step 2" in str(e.value) and "step 1" in str(e.value)
+  # read from the stored metadata, before any restore: another model's arrays
+  assert e.value.other_model
+  assert "an array of shape (12, 100) float32 where the run's config needs (12, 99)" in str(e.value)
+  fewer = {"w": jax.ShapeDtypeStruct((12, 100), jnp.float32)}  # one array short
+  with Checkpointer(d) as c:
+    with pytest.raises(CheckpointError) as e:
+      c.restore_verified(fewer)
+  assert e.value.other_model and "2 arrays where the run's config needs 1" in str(e.value)
+
+
+def test_damaged_checkpoints_of_the_right_model_are_not_another_model(tmp_path):
+  """Both kept steps damaged (one truncated, one non-finite): no usable
+  checkpoint, but not another model's (load_run would blame the config)."""
+  d = str(tmp_path / "ckpt")
+  _two_steps(d, second=dict(STATE, w=STATE["w"].at[3, 3].set(jnp.nan)))
+  open(_largest_data_file(d, 1), "r+b").truncate(64)
+  with Checkpointer(d) as c:
+    with pytest.raises(CheckpointError) as e:
+      c.restore_verified(jax.eval_shape(lambda: STATE))
+  assert not e.value.other_model, str(e.value)
 
 
 class _Pending:

@@ -351,10 +351,10 @@ class Checkpointer:
           pathlib.Path(self.directory, str(step), "state"))
       stored = jax.tree.leaves(getattr(stored, "item_metadata", stored))
       have = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype))) for a in stored)
-    except Exception:  # noqa: BLE001 - no or unreadable metadata: the restore reports it
-      return None
-    want = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype)))
-                               for a in jax.tree.leaves(abstract_state))
+      want = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype)))
+                                 for a in jax.tree.leaves(abstract_state))
+    except Exception:  # noqa: BLE001 - no or unreadable metadata (or a dtype numpy does
+      return None      # not name, e.g. a PRNG key's): the restore says what is wrong
     if have == want:
       return None
     extra, missing = sorted((have - want).elements()), sorted((want - have).elements())
