@@ -72,7 +72,8 @@ def _evaluations_left(workdir: str, args) -> int:
 
 def attempt(cmd, workdir: str, fault: Optional[tuple], timeout: float = 600) -> dict:
   """Runs ``cmd`` once; with ``fault``, sends it. Returns what happened:
-  ``{"returncode", "injected", "kind", "at_step", "cut_save", "stderr"}``."""
+  ``{"returncode", "injected", "kind", "at_step", "cut_save", "stderr"}``, and
+  ``exit_s`` (seconds from the signal to the exit) when it was sent."""
   proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
   lines = []
   reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
@@ -94,6 +95,7 @@ def attempt(cmd, workdir: str, fault: Optional[tuple], timeout: float = 600) -> 
           done = progress()
           got.update(injected=True, kind=kind, at_step=(
               int(done[-1].split("] step ")[1].split("/")[0]) if done else 0))
+          sent = time.time()
           proc.send_signal({"SIGKILL": signal.SIGKILL, "kill-in-save": signal.SIGKILL,
                             "SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}[kind])
           if kind == "kill-in-save":
@@ -102,6 +104,8 @@ def attempt(cmd, workdir: str, fault: Optional[tuple], timeout: float = 600) -> 
             got["cut_save"] = os.path.isdir(ckpt) and any(
                 "tmp" in d for d in os.listdir(ckpt))
     proc.wait(timeout=timeout)
+    if got["injected"]:
+      got["exit_s"] = round(time.time() - sent, 2)  # from the signal to the exit
     reader.join(timeout=10)
   finally:
     proc.kill()
