@@ -350,18 +350,15 @@ class Checkpointer:
       stored = ocp.StandardCheckpointHandler().metadata(
           pathlib.Path(self.directory, str(step), "state"))
       stored = jax.tree.leaves(getattr(stored, "item_metadata", stored))
-      have = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype))) for a in stored)
-      want = collections.Counter((tuple(a.shape), str(np.dtype(a.dtype)))
-                                 for a in jax.tree.leaves(abstract_state))
+      have, want = (collections.Counter(f"{tuple(a.shape)} {np.dtype(a.dtype)}" for a in arrays)
+                    for arrays in (stored, jax.tree.leaves(abstract_state)))
     except Exception:  # noqa: BLE001 - no or unreadable metadata (or a dtype numpy does
       return None      # not name, e.g. a PRNG key's): the restore says what is wrong
     if have == want:
       return None
     extra, missing = sorted((have - want).elements()), sorted((want - have).elements())
-    what = lambda a: f"{a[0]} {a[1]}"  # noqa: E731
     if extra and missing:
-      return (f"an array of shape {what(extra[0])} where the run's config needs "
-              f"{what(missing[0])}")
+      return f"an array of shape {extra[0]} where the run's config needs {missing[0]}"
     return (f"{sum(have.values())} arrays where the run's config needs "
             f"{sum(want.values())}")
 
