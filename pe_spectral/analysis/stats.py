@@ -21,11 +21,18 @@ import warnings
 from typing import Optional, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 __all__ = ["PLATEAU_FRAC", "PLATEAU_TOL", "plateau", "bootstrap_mean_ci",
            "paired", "sign_flip_pvalue", "verdict", "loss_spikes",
            "examples_to_threshold", "spearman", "bootstrap_spearman_ci"]
+
+def _sps():
+  """``scipy.stats``, imported on first use: its import takes about 1 s (measured
+  with ``python -X importtime``), which every training program paid at start
+  although only the analyses' intervals and tests call it."""
+  from scipy import stats
+  return stats
+
 
 # The convergence criterion (studies/arxiv_2505_13027/study.md): over every evaluation in the
 # last third of training (by examples seen), each seed's train accuracy stays
@@ -95,7 +102,7 @@ def bootstrap_mean_ci(x, *, level: float = 0.95,
   m = float(x.mean())
   if x.size == 1 or np.ptp(x) == 0:
     return m, m, m
-  res = sps.bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=level,
+  res = _sps().bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=level,
                       method="percentile", random_state=np.random.default_rng(_RNG_SEED))
   return m, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
@@ -113,7 +120,7 @@ def sign_flip_pvalue(d) -> float:
     raise ValueError(f"sign_flip_pvalue needs 1..20 values, got {n}")
   if n == 1:  # both sign patterns have |mean| = |d| (scipy asks for two values)
     return 1.0
-  res = sps.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+  res = _sps().permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
                              permutation_type="samples", n_resamples=np.inf,
                              alternative="two-sided")
   return float(res.pvalue)
@@ -218,8 +225,8 @@ def spearman(x, y) -> float:
   if np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
     return float("nan")
   with warnings.catch_warnings():
-    warnings.simplefilter("ignore", sps.ConstantInputWarning)
-    return float(sps.spearmanr(x, y).statistic)
+    warnings.simplefilter("ignore", _sps().ConstantInputWarning)
+    return float(_sps().spearmanr(x, y).statistic)
 
 
 def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMPLES,
@@ -234,6 +241,7 @@ def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMP
                      f"{x.shape} and {y.shape}")
   rng = np.random.default_rng(seed)
   idx = rng.integers(0, len(x), size=(resamples, len(x)))
+  sps = _sps()
   rx, ry = sps.rankdata(x[idx], axis=1), sps.rankdata(y[idx], axis=1)  # ranks within each resample
   rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
   den = np.sqrt((rx ** 2).sum(1) * (ry ** 2).sum(1))

@@ -298,7 +298,15 @@ def generate(cfg: TaskConfig, *, num_examples: Optional[int] = None) -> Dataset:
   """
   if cfg.name == "lm":
     return _lm_dataset(cfg)
-  n = cfg.num_examples if num_examples is None else num_examples
+  return _synthetic(cfg, cfg.num_examples if num_examples is None else num_examples)
+
+
+# One process often asks for the same dataset again (a comma list of workdirs
+# of one task in ablate, decompose or lengths; a resume): each call traced and
+# compiled its generator anew (about 0.7 s on a 2-core CPU). The arrays are
+# immutable, so the same Dataset is handed out again.
+@functools.lru_cache(maxsize=8)
+def _synthetic(cfg: TaskConfig, n: int) -> Dataset:
   root = jax.random.key(cfg.data_seed)
   trig_key, ex_key, split_key = (jax.random.fold_in(root, i) for i in range(3))
   if cfg.name in STRING_TASKS:
