@@ -237,6 +237,37 @@ def test_the_model_computes_the_papers_logits(pe):
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_causal_alibi_data_is_the_forgetting_transformers_bias():
+  """FoX (Lin et al. 2025; zhixuan-lin/forgetting-transformer, ``fgate_type="full"``):
+  ``f_t = σ(w_h·x_t + b_h)`` from the attention layer's (normed) input and
+  ``D_ij = Σ_{l=j+1}^{i} log f_l`` added to ``q_i·k_j/√d`` for ``j <= i``. Causal
+  ``alibi_data``'s layer-0 logits equal that loop in float64 (one gate set per
+  head); what FoX adds beyond the bias (its "Pro" block: QK-norm, output gate
+  and norm, key/value shift) is not here, and its gate init differs
+  (N(0, 0.02²) and bias 0 there)."""
+  cfg = _cfg("alibi_data", causal=True)
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  params = jax.tree.map(lambda x: x, params)
+  rng = np.random.default_rng(11)
+  blk = params["blocks"][0]
+  assert blk["gate_w"].shape == (cfg.d_model, cfg.num_heads)  # one gate set: causal
+  blk["gate_w"] = jnp.asarray(rng.normal(size=blk["gate_w"].shape), jnp.float32)
+  blk["gate_b"] = jnp.asarray(rng.normal(size=blk["gate_b"].shape), jnp.float32)
+  n = 9
+  ids = jnp.asarray(rng.integers(1, cfg.vocab_size, (1, n)))
+  got = _block_logits(cfg, params, ids)
+  q, k, x, _ = _layer0_qk(cfg, params, ids)
+  w, b = np.asarray(blk["gate_w"], np.float64), np.asarray(blk["gate_b"], np.float64)
+  want = np.zeros((cfg.num_heads, n, n))
+  for h in range(cfg.num_heads):
+    log_f = [math.log(1.0 / (1.0 + math.exp(-(x[t] @ w[:, h] + b[h])))) for t in range(n)]
+    for i in range(n):
+      for j in range(i + 1):
+        want[h, i, j] = q[i, h] @ k[j, h] / math.sqrt(cfg.head_dim) + sum(log_f[j + 1:i + 1])
+  below = np.tril(np.ones((n, n), bool))  # above the diagonal the causal mask decides
+  np.testing.assert_allclose(got[:, below], want[:, below], rtol=1e-4, atol=1e-4)
+
+
 def test_rope_learned_at_its_initial_frequencies_is_rope():
   rng = np.random.default_rng(4)
   ids = jnp.asarray(rng.integers(1, 7, (3, 10)))
