@@ -42,7 +42,8 @@ def _options_perturbed(cfg: ModelConfig) -> list:
   return [cfg.replace(pe_options=dataclasses.replace(opts, **c)) for c in changes]
 
 
-_REFUSED = {"pe_options", "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len"}
+_REFUSED = {"pe_options", "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len",
+            "rope_pairing"}
 
 
 def _outputs(cfg: ModelConfig):
@@ -76,6 +77,9 @@ def test_recorded_fields_are_exactly_the_ones_that_matter(pe, faithful):
   for changed_cfg in _options_perturbed(cfg):
     assert not _same(_outputs(changed_cfg), base), \
         f"{pe}: {changed_cfg.pe_options} is recorded but changes nothing"
+  if "rope_pairing" in own:  # refused where it does not apply (test_positional)
+    assert not _same(_outputs(cfg.replace(rope_pairing="half")), base), \
+        f"{pe}: rope_pairing is recorded but changes nothing"
   for field in sorted(_PERTURB):
     changed = _outputs(cfg.replace(**{field: _PERTURB[field]}))
     if field in own:
@@ -91,7 +95,8 @@ def test_refused_fields_are_recorded_only_where_they_apply(pe):
   rotary = enc.qk_transform(configs.build("smoke", "distance", pe).model) is not None
   for field in _REFUSED:
     applies = ((field == "pe_options" and enc.options_type is not None)
-               or (field.startswith("rope_scaling") and rotary))
+               or (field.startswith("rope_scaling") and rotary)
+               or (field == "rope_pairing" and "rope_pairing" in enc.reads))
     assert (field in d) == applies, (pe, field)
 
 

@@ -252,7 +252,72 @@ def test_one_rotation_serves_the_model_the_spectral_module_and_both_layouts():
         np.asarray(S.rope_rotate(x, theta.astype(np.float32), pairing=pairing)),
         np.asarray(P.rotate(x, (np.arange(n, dtype=np.float32)[:, None]
                                          * theta.astype(np.float32)), pairing=pairing)))
-  np.testing.assert_allclose(np.asarray(P.apply_rope(x, np.arange(n))),
-                             np.asarray(P.rotate(x, angles)), rtol=1e-6, atol=1e-6)
+  for pairing in ("interleaved", "half"):  # the model's RoPE, in either layout
+    np.testing.assert_allclose(np.asarray(P.apply_rope(x, np.arange(n), pairing=pairing)),
+                               np.asarray(P.rotate(x, angles, pairing=pairing)),
+                               rtol=1e-6, atol=1e-6)
   with pytest.raises(ValueError, match="pairing"):
     P.rotate(x, angles, pairing="block")
+  with pytest.raises(ValueError, match="pairing"):
+    P.apply_rope(x, np.arange(n), pairing="block")
+
+
+@pytest.mark.parametrize("pe", ["rope", "xpos", "partial_rope"])
+def test_the_half_layout_is_the_interleaved_one_on_permuted_queries_and_keys(pe):
+  """``rope_pairing="half"`` (GPT-NeoX/Llama) against the interleaved layout:
+  the same model outputs, layer-0 logits and frequency knock-outs once each
+  head's query/key projection columns are permuted ``(j, j + d/2) -> (2j, 2j+1)``
+  (the values untouched); and the decomposition's Hadamard form holds for it."""
+  from pe_spectral.analysis import decompose
+  from pe_spectral.nn.model import apply_model, init_model
+  from pe_spectral.nn.model_config import ModelConfig
+  base = dict(pe=pe, vocab_size=7, num_classes=3, d_model=16, num_heads=2, num_layers=2,
+              d_ff=32, max_len=12, dropout=0.0)
+  half = ModelConfig(**base, rope_pairing="half")
+  inter = ModelConfig(**base)
+  assert half.to_dict()["rope_pairing"] == "half" and inter.pairing == "interleaved"
+  graphdef, params = init_model(half, jax.random.key(0))
+  d, h = half.head_dim, half.num_heads
+  perm = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
+  cols = np.concatenate([hh * d + perm for hh in range(h)])  # per head
+  permuted = jax.tree.map(lambda x: x, params)
+  for blk in permuted["blocks"].values():
+    for name in ("q_proj", "k_proj"):
+      blk["attn"][name]["kernel"] = blk["attn"][name]["kernel"][:, cols]
+      blk["attn"][name]["bias"] = blk["attn"][name]["bias"][cols]
+  g_inter, _ = init_model(inter, jax.random.key(0))
+  ids = jnp.asarray(np.random.default_rng(5).integers(1, 7, (3, 10)))
+  out_half = np.asarray(apply_model(graphdef, params, ids))
+  out_inter = np.asarray(apply_model(g_inter, permuted, ids))
+  np.testing.assert_allclose(out_half, out_inter, rtol=1e-5, atol=1e-5)
+  # without the permutation the two layouts are different models
+  assert np.abs(np.asarray(apply_model(g_inter, params, ids)) - out_half).max() > 1e-3
+  if pe != "xpos":  # a frequency knock-out names the same pair in both layouts
+    mask = jnp.ones((2, h, d // 2)).at[0, 0, 1].set(0.0).at[1, 0, 0].set(0.0)
+    knocked = np.asarray(apply_model(graphdef, params, ids, freq_mask=mask))
+    np.testing.assert_allclose(knocked,
+                               np.asarray(apply_model(g_inter, permuted, ids, freq_mask=mask)),
+                               rtol=1e-5, atol=1e-5)
+    assert np.abs(knocked - out_half).max() > 1e-5  # the knock-out reaches the outputs
+  t_half = decompose.layer_terms(graphdef, params, ids, 0)
+  t_inter = decompose.layer_terms(g_inter, permuted, ids, 0)
+  np.testing.assert_allclose(np.asarray(t_half["logits"]), np.asarray(t_inter["logits"]),
+                             rtol=1e-5, atol=1e-5)
+  if pe != "xpos":  # a true rotation: the Hadamard form, read in the half layout
+    np.testing.assert_allclose(np.asarray(t_half["hadamard"]), np.asarray(t_half["logits"]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_rope_pairing_is_refused_in_one_line_where_it_means_nothing():
+  from pe_spectral.nn.model_config import ModelConfig
+  base = dict(vocab_size=7, num_classes=3, d_model=16, num_heads=2, num_layers=1,
+              d_ff=32, max_len=12)
+  with pytest.raises(ValueError, match="rope_pairing must be 'interleaved' or 'half'"):
+    ModelConfig(pe="rope", rope_pairing="gptj", **base)
+  with pytest.raises(ValueError, match=r"rope_pairing applies to rope, .*not 'alibi'"):
+    ModelConfig(pe="alibi", rope_pairing="half", **base)
+  # recorded only for the PEs that read it, and a record without it is the default
+  assert "rope_pairing" not in ModelConfig(pe="alibi", **base).to_dict()
+  assert ModelConfig.from_dict(
+      {k: v for k, v in ModelConfig(pe="rope", **base).to_dict().items()
+       if k != "rope_pairing"}).pairing == "interleaved"

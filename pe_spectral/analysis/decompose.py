@@ -112,7 +112,7 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   elif cfg.num_rope_heads and freqs is not None:
     theta = jnp.asarray(freqs, jnp.float32)
     # Hadamard form per head: [b, h, n, d] -> Re Σ_j (z_j w_j*) ∘ G_θj
-    had = S.rope_logits(qh, kh, theta) * scale
+    had = S.rope_logits(qh, kh, theta, pairing=cfg.pairing) * scale
     rotated = (jnp.arange(h) < cfg.num_rope_heads)[None, :, None, None]
     out["hadamard"] = jnp.where(rotated, had, gram(q, k)) + bias
   return out

@@ -106,6 +106,12 @@ class ModelConfig:
       ``"pi"``, ``"ntk"``, ``"yarn"``, ``"yarn_turns"``, ``"llama3"``;
       :class:`positional.RopeScaling`) applied to an already-trained model by
       ``experiments.lengths``; None (default) trains and evaluates plain RoPE.
+    rope_pairing: which channels a rotary PE turns together (``rope``,
+      ``partial_rope``, ``rope_sinusoidal``, ``p_rope``, ``xpos``):
+      ``"interleaved"`` pairs ``(2i, 2i+1)`` (the original RoPE; None, the
+      default, means this) or ``"half"`` pairs ``(i, i + head_dim/2)`` (the
+      rotate-half layout of GPT-NeoX, Llama and HF). A relabelling of the
+      query/key channels: the same logits on q/k permuted to match.
     random_positions: randomized positions (Ruoss et al. 2023): every batch,
       in training and in evaluation, the tokens get sorted distinct positions
       drawn from ``[0, random_positions)`` instead of ``0..n-1`` (for any PE
@@ -174,6 +180,7 @@ class ModelConfig:
   rope_scaling: Optional[str] = None
   rope_scaling_factor: Optional[float] = None
   rope_scaling_original_len: Optional[int] = None
+  rope_pairing: Optional[str] = None
   random_positions: Optional[int] = None
   attention_block: Optional[int] = None
   attention_impl: Optional[str] = None
@@ -216,6 +223,13 @@ class ModelConfig:
       raise ValueError(f"dtype must be None (float32) or 'bfloat16', got {self.dtype!r}")
     if self.remat not in (None, True, False):
       raise ValueError(f"remat must be True, False or None, got {self.remat!r}")
+    if self.rope_pairing is not None:
+      if self.rope_pairing not in positional.PAIRINGS:
+        raise ValueError(f"rope_pairing must be 'interleaved' or 'half', got "
+                         f"{self.rope_pairing!r}")
+      if "rope_pairing" not in enc.reads:
+        readers = [p for p in encodings.names() if "rope_pairing" in encodings.get(p).reads]
+        raise ValueError(f"rope_pairing applies to {', '.join(readers)}, not {self.pe!r}")
     if self.rope_scaling is not None:
       if enc.qk_transform(self.replace(rope_scaling=None)) is None:
         raise ValueError(f"rope_scaling needs a rotary PE, not {self.pe!r}")
@@ -265,6 +279,11 @@ class ModelConfig:
   def drops_attention_probs(self) -> bool:
     """Whether training drops out attention probabilities (rate ``dropout``)."""
     return self.quirks.attention_dropout and self.dropout > 0
+
+  @property
+  def pairing(self) -> str:
+    """The rotary pairs' layout: ``rope_pairing``, ``"interleaved"`` when None."""
+    return self.rope_pairing or "interleaved"
 
   @property
   def rope_scaling_spec(self) -> Optional[positional.RopeScaling]:
@@ -390,7 +409,8 @@ def _resolved_options(pe: str, opts):
 # (``PositionalEncoding.reads``). The rest (sizes, dropout, mode, memory
 # options, random positions) applies to every run.
 PE_SCOPED = ("pe_options", "rope_base", "relative_buckets", "relative_max_distance",
-             "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len")
+             "rope_scaling", "rope_scaling_factor", "rope_scaling_original_len",
+             "rope_pairing")
 # Records written before the options were nested kept them as flat fields:
 # old field -> its name in the PE's options type.
 LEGACY_OPTIONS = {"rope_heads": "heads", "rope_fraction": "fraction",

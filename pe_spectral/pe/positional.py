@@ -59,12 +59,14 @@ from pe_spectral.pe.latent import (  # noqa: F401
     paper_mla_rotary,
 )
 from pe_spectral.pe.rotary import (  # noqa: F401
+    PAIRINGS,
     ROPE_SCALINGS,
     RopeScaling,
     Rotation,
     XPos,
     apply_rope,
     dynamic_ntk_base,
+    in_pairing,
     llama3_frequencies,
     ntk_base,
     p_rope_frequencies,
@@ -80,7 +82,8 @@ from pe_spectral.pe.rotary import (  # noqa: F401
 )
 
 __all__ = [
-    "sinusoidal_table", "rope_angles", "apply_rope", "rotate", "alibi_slopes",
+    "sinusoidal_table", "rope_angles", "apply_rope", "PAIRINGS", "in_pairing", "rotate",
+    "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket", "relative_offsets",
     "relative_bias_from_table", "RopeScaling", "ROPE_SCALINGS", "pi_frequencies", "ntk_base",
     "yarn_frequencies", "yarn_correction_range", "yarn_turns_frequencies", "llama3_frequencies",

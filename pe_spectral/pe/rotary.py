@@ -27,7 +27,8 @@ __all__ = [
     "pi_frequencies", "ntk_base", "yarn_correction_range", "yarn_frequencies",
     "yarn_turns_frequencies", "llama3_frequencies", "dynamic_ntk_base", "yarn_attention_factor",
     "ROPE_SCALINGS", "RopeScaling", "p_rope_frequencies", "rope_inverse_frequencies",
-    "rope_angles", "apply_rope", "rotate", "Rotation", "xpos_scale", "XPos",
+    "rope_angles", "apply_rope", "PAIRINGS", "in_pairing", "rotate", "Rotation", "xpos_scale",
+    "XPos",
     "PartialRopeOptions", "PRopeOptions", "XPosOptions", "Rotary", "XPosEncoding"
 ]
 
@@ -234,8 +235,11 @@ def _rope_tables(positions, head_dim: int, base: float, scaling=None, fraction=N
 def apply_rope(x: jax.Array, positions: jax.Array, *,
                base: float = 10000.0,
                scaling: Optional[RopeScaling] = None,
-               fraction: Optional[float] = None) -> jax.Array:
-  """Rotates interleaved pairs ``(2i, 2i+1)`` of ``x`` by ``positions * theta_i``.
+               fraction: Optional[float] = None,
+               pairing: str = "interleaved") -> jax.Array:
+  """Rotates pair ``i`` of ``x`` by ``positions * theta_i``: the interleaved
+  pairs ``(2i, 2i+1)`` (the original RoPE and this codebase's default) or,
+  with ``pairing="half"``, ``(i, i + head_dim/2)`` (GPT-NeoX, Llama, HF).
 
   Args:
     x: ``[..., seq, head_dim]`` with even ``head_dim`` (any leading axes; the
@@ -245,6 +249,9 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
     scaling: an eval-time context extension (:class:`RopeScaling`): its
       frequencies, and for YaRN its attention factor on the output.
     fraction: p-RoPE's ``p`` (:func:`p_rope_frequencies`); None = every pair.
+    pairing: ``"interleaved"`` or ``"half"`` (see above): the same rotation of
+      channels permuted the same way, so the logits of one layout equal the
+      other's on queries and keys permuted to match.
 
   Returns:
     An array of ``x``'s shape and dtype. ``<apply_rope(q, m), apply_rope(k, n)>``
@@ -269,7 +276,25 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
   cos, sin = _rope_tables(positions, head_dim, base, scaling, fraction)
   if scaling is not None and scaling.attention_factor != 1.0:
     cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
-  return _turn_pairs(x, cos.astype(x.dtype), sin.astype(x.dtype))
+  return in_pairing(lambda y: _turn_pairs(y, cos.astype(x.dtype), sin.astype(x.dtype)),
+                    x, pairing)
+
+
+PAIRINGS = ("interleaved", "half")
+
+
+def in_pairing(fn, x, pairing: str):
+  """``fn`` (written for interleaved pairs ``(2j, 2j+1)``) applied to ``x``
+  whose pairs are laid out as ``pairing``: ``"half"`` pairs ``(j, j + d/2)``
+  are permuted into the interleaved layout, turned, and permuted back (a
+  permutation: exact)."""
+  if pairing not in PAIRINGS:
+    raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
+  if pairing == "interleaved":
+    return fn(x)
+  d = x.shape[-1]
+  half_to_pairs = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
+  return fn(x[..., half_to_pairs])[..., np.argsort(half_to_pairs)]
 
 
 def _turn_pairs(x, cos, sin):
@@ -296,18 +321,10 @@ def rotate(x: jax.Array, angles: jax.Array, *, pairing: str = "interleaved") -> 
   d = x.shape[-1]
   if d % 2:
     raise ValueError(f"RoPE needs an even dimension, got {d}")
-  if pairing not in ("interleaved", "half"):
-    raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
-  half_to_pairs = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
-  if pairing == "half":  # a permutation into the interleaved layout, exact
-    x = x[..., half_to_pairs]
   angles = jnp.asarray(angles)
   cos = jnp.repeat(jnp.cos(angles), 2, axis=-1).astype(x.dtype)
   sin = jnp.repeat(jnp.sin(angles), 2, axis=-1).astype(x.dtype)
-  out = _turn_pairs(x, cos, sin)
-  if pairing == "half":
-    out = out[..., np.argsort(half_to_pairs)]
-  return out
+  return in_pairing(lambda y: _turn_pairs(y, cos, sin), x, pairing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,11 +335,12 @@ class Rotation:
   base: float = 10000.0
   scaling: Optional[RopeScaling] = None
   fraction: Optional[float] = None
+  pairing: str = "interleaved"
   is_rotation = True
 
   def __call__(self, q, k, positions):
     rot = lambda x: apply_rope(x, positions, base=self.base, scaling=self.scaling,
-                               fraction=self.fraction)
+                               fraction=self.fraction, pairing=self.pairing)
     return rot(q), rot(k)
 
   def frequencies(self, head_dim: int) -> np.ndarray:
@@ -357,6 +375,7 @@ class XPos:
   gamma: float = 0.4
   scale_base: float = 512.0
   scaling: Optional[RopeScaling] = None
+  pairing: str = "interleaved"
   is_rotation = False
 
   def __call__(self, q, k, positions):
@@ -366,7 +385,8 @@ class XPos:
     if isinstance(s, np.ndarray):
       s = s.astype(np.float32)
     s = jnp.repeat(jnp.asarray(s), 2, axis=-1)
-    return (rot(q) * s.astype(q.dtype), rot(k) / s.astype(k.dtype))
+    return (in_pairing(lambda x: rot(x) * s.astype(q.dtype), q, self.pairing),
+            in_pairing(lambda x: rot(x) / s.astype(k.dtype), k, self.pairing))
 
   def frequencies(self, head_dim: int) -> np.ndarray:
     return rope_inverse_frequencies(head_dim, self.base, self.scaling)
@@ -418,7 +438,7 @@ class Rotary(PositionalEncoding):
     self.input_sinusoid = input_sinusoid
     self.options_type = (PRopeOptions if fraction_option else
                          PartialRopeOptions if partial else None)
-    self.reads = ("rope_base",) + _ROPE_SCALING
+    self.reads = ("rope_base", "rope_pairing") + _ROPE_SCALING
     # the input sinusoid adds absolute terms: neither pure form
     self.coupling = "" if input_sinusoid else "multiplicative"
     self.kinds = (Kind.INPUT, Kind.ROTARY) if input_sinusoid else (Kind.ROTARY,)
@@ -439,7 +459,7 @@ class Rotary(PositionalEncoding):
 
   def qk_transform(self, cfg):
     return Rotation(base=cfg.rope_base, scaling=cfg.rope_scaling_spec,
-                      fraction=self.fraction(cfg))
+                    fraction=self.fraction(cfg), pairing=cfg.pairing)
 
   def rotary_heads(self, cfg):
     return cfg.pe_options.heads if self.partial else cfg.num_heads
@@ -473,8 +493,8 @@ class XPosEncoding(Rotary):
 
   def qk_transform(self, cfg):
     return XPos(base=cfg.rope_base,
-                  gamma=cfg.pe_options.gamma, scale_base=cfg.pe_options.scale_base,
-                  scaling=cfg.rope_scaling_spec)
+                gamma=cfg.pe_options.gamma, scale_base=cfg.pe_options.scale_base,
+                scaling=cfg.rope_scaling_spec, pairing=cfg.pairing)
 
   def toeplitz_coeffs(self, cfg, params, seq_len):
     return None
