@@ -101,6 +101,33 @@ def test_a_toy_pe_registered_in_a_test_trains_on_the_smoke_preset(toy_pe, tmp_pa
                        - apply_model(g0, params, ids)).max()) > 1e-4
 
 
+class CausalOnly(ToyDecay):
+  """A PE defined by a process over the prefix: causal attention only."""
+  name = "toy_causal_only"
+  attention = ("causal",)
+
+
+def test_a_pe_defined_for_one_mask_refuses_the_other_in_one_line():
+  assert all(encodings.get(p).attention == ("causal", "bidirectional")
+             for p in encodings.names())  # every built-in has both forms (docs/encodings.md)
+  encodings.register(CausalOnly())
+  try:
+    base = dict(pe="toy_causal_only", vocab_size=7, num_classes=3, d_model=16, num_heads=2,
+                num_layers=1, d_ff=32, max_len=12)
+    assert ModelConfig(**base, causal=True).causal
+    with pytest.raises(ValueError, match=r"^pe='toy_causal_only' is defined for causal "
+                                         r"attention only, not bidirectional \(causal=False\)$"):
+      ModelConfig(**base)
+  finally:
+    encodings.unregister("toy_causal_only")
+  for bad in ((), ("sideways",), ("causal", "causal")):
+    odd = CausalOnly()
+    odd.name, odd.attention = "toy_odd_modes", bad
+    with pytest.raises(ValueError, match="declares attention"):
+      encodings.register(odd)
+  assert "toy_odd_modes" not in encodings.names()
+
+
 def test_registry_refuses_duplicates_and_bad_names():
   with pytest.raises(ValueError, match="already registered"):
     encodings.register(encodings.get("rope"))

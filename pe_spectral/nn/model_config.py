@@ -223,6 +223,10 @@ class ModelConfig:
       raise ValueError(f"dtype must be None (float32) or 'bfloat16', got {self.dtype!r}")
     if self.remat not in (None, True, False):
       raise ValueError(f"remat must be True, False or None, got {self.remat!r}")
+    mode = "causal" if self.causal else "bidirectional"
+    if mode not in enc.attention:
+      raise ValueError(f"pe={self.pe!r} is defined for {' and '.join(enc.attention)} "
+                       f"attention only, not {mode} (causal={self.causal})")
     if self.rope_pairing is not None:
       if self.rope_pairing not in positional.PAIRINGS:
         raise ValueError(f"rope_pairing must be 'interleaved' or 'half', got "

@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "inv_softplus", "REGISTRY", "Kind", "KINDS", "COUPLINGS", "PositionalEncoding", "register",
+    "inv_softplus", "REGISTRY", "Kind", "KINDS", "COUPLINGS", "ATTENTION_MODES",
+    "PositionalEncoding", "register",
     "load_module", "unregister", "names", "get"
 ]
 
@@ -121,6 +122,9 @@ KINDS = tuple(Kind)
 # depends on the tokens, or "" (none, absolute, or neither form).
 COUPLINGS = ("", "additive", "multiplicative", "content_additive", "content_multiplicative")
 
+# The attention masks a PE can be defined for (``PositionalEncoding.attention``).
+ATTENTION_MODES = ("causal", "bidirectional")
+
 
 def _int_field(obj, name: str, low: int, label: str = "") -> None:
   """Refuses a field of an options dataclass that is not an int >= ``low``
@@ -176,6 +180,12 @@ class PositionalEncoding:
     takes_positions: ``input_table`` and ``bias`` accept ``positions=`` (an
       int ``[seq]`` array, given only when they are not ``0..seq-1``), so the
       PE can train with randomized positions.
+    attention: the masks the PE is defined for, a subset of
+      :data:`ATTENTION_MODES` (``"causal"``, ``"bidirectional"``); a config
+      whose ``causal`` asks for another is refused in one line. Every
+      built-in PE has both forms (docs/encodings.md says which causal form);
+      a PE defined by a sequential process over the prefix declares
+      ``("causal",)``.
   """
   name: str = ""
   description: str = ""
@@ -194,6 +204,7 @@ class PositionalEncoding:
   # (none, absolute, or neither form).
   coupling: str = ""
   kinds: tuple[Kind, ...] = ()
+  attention: tuple[str, ...] = ("causal", "bidirectional")
   # the θ = 0 logits are q·k (+ bias), so the decomposition's content and
   # position Grams add up to them (not PoPE's softplus magnitudes)
   bilinear_logits: bool = True
@@ -339,6 +350,10 @@ def register(encoding: PositionalEncoding, *, replace: bool = False) -> Position
   if encoding.coupling not in COUPLINGS:
     raise ValueError(f"PE {encoding.name!r} declares coupling {encoding.coupling!r}; it must "
                      f"be one of {', '.join(map(repr, COUPLINGS))}")
+  modes = encoding.attention
+  if not modes or any(m not in ATTENTION_MODES for m in modes) or len(set(modes)) != len(modes):
+    raise ValueError(f"PE {encoding.name!r} declares attention {modes!r}; it must be one or "
+                     f"both of {', '.join(map(repr, ATTENTION_MODES))}")
   opts = encoding.options_type
   if opts is not None and not (dataclasses.is_dataclass(opts) and isinstance(opts, type)
                                and opts.__dataclass_params__.frozen):

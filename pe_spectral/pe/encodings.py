@@ -30,6 +30,7 @@ from pe_spectral.pe.absolute import (  # noqa: F401
   Sinusoidal,
 )
 from pe_spectral.pe.base import (  # noqa: F401
+  ATTENTION_MODES,
   COUPLINGS,
   KINDS,
   REGISTRY,
@@ -79,6 +80,7 @@ __all__ = [
     "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
     "FireOptions",
     "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "COUPLINGS",
+    "ATTENTION_MODES",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
 ]
 
