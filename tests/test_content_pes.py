@@ -268,6 +268,88 @@ def test_causal_alibi_data_is_the_forgetting_transformers_bias():
   np.testing.assert_allclose(got[:, below], want[:, below], rtol=1e-4, atol=1e-4)
 
 
+def _comrope_params(cfg, seed):
+  """Layer-0 params with ComRoPE generators drawn away from their init."""
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  params = jax.tree.map(lambda x: x, params)
+  rng = np.random.default_rng(seed)
+  blk = params["blocks"][0]
+  blk["comrope_p"] = jnp.asarray(rng.normal(size=blk["comrope_p"].shape), jnp.float32)
+  blk["comrope_scale"] = jnp.asarray(rng.uniform(0.5, 2.0, blk["comrope_scale"].shape),
+                                     jnp.float32)
+  return graphdef, params, blk
+
+
+def test_comrope_logits_equal_the_float64_matrix_exponential_loop():
+  """ComRoPE-LD (its reference code's ComRoPELDAttention, one axis): query i
+  and key j of head h, block m, turned by scipy's float64 expm((x/L) s_m (P - Pᵀ))
+  at x = i and x = j; layer 0's logits are their dot products over √d. The
+  rotation is orthogonal and the logits relative (a shift of every position
+  changes nothing), and comrope_angles are the generators' eigen-angles."""
+  from scipy.linalg import expm
+  cfg = _cfg("comrope")
+  graphdef, params, blk = _comrope_params(cfg, 4)
+  n, d, b = 9, cfg.head_dim, cfg.pe_options.block
+  ids = jnp.asarray(np.random.default_rng(5).integers(1, cfg.vocab_size, (1, n)))
+  got = _block_logits(cfg, params, ids)
+  q, k, _, _ = _layer0_qk(cfg, params, ids)
+  p64 = np.asarray(blk["comrope_p"], np.float64)
+  s64 = np.asarray(blk["comrope_scale"], np.float64)
+  want = np.zeros((cfg.num_heads, n, n))
+  for h in range(cfg.num_heads):
+    gens = [s64[m] * (p64[h, m] - p64[h, m].T) for m in range(d // b)]
+    turn = lambda v, x: np.concatenate([expm(x / cfg.max_len * g) @ v[m * b:(m + 1) * b]
+                                        for m, g in enumerate(gens)])
+    for i in range(n):
+      for j in range(n):
+        want[h, i, j] = turn(q[i, h], i) @ turn(k[j, h], j) / math.sqrt(d)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  enc = encodings.get("comrope")
+  qk = jnp.asarray(np.random.default_rng(6).normal(size=(1, n, cfg.num_heads, d)), jnp.float32)
+  pos = jnp.arange(n)[:, None]
+  logits = lambda a, c: np.einsum("bihd,bjhd->bhij", np.asarray(a), np.asarray(c))
+  base = logits(*enc.layer_qk(cfg, blk, qk, qk, pos))
+  np.testing.assert_allclose(logits(*enc.layer_qk(cfg, blk, qk, qk, pos + 7)), base,
+                             rtol=1e-4, atol=1e-4)
+  turned = np.asarray(enc.layer_qk(cfg, blk, qk, qk, pos)[0])
+  np.testing.assert_allclose(np.linalg.norm(turned, axis=-1),
+                             np.linalg.norm(np.asarray(qk), axis=-1), rtol=1e-5)
+  gens = np.asarray(enc.generators(blk), np.float64)
+  eig = np.sort(np.abs(np.linalg.eigvals(gens).imag), axis=-1)
+  np.testing.assert_allclose(np.asarray(P.comrope_angles(jnp.asarray(gens))), eig,
+                             rtol=1e-6, atol=1e-6)
+  slowest = np.where(eig > 1e-12, eig, np.inf).min(axis=(-2, -1)) / cfg.max_len
+  offs = np.arange(-(n - 1), n)
+  np.testing.assert_allclose(np.asarray(enc.toeplitz_coeffs(cfg, blk, n)),
+                             np.cos(offs[None, :] * slowest[:, None]), rtol=1e-5, atol=1e-5)
+
+
+def test_comrope_with_two_wide_blocks_is_rope_with_its_trained_frequencies():
+  """Block width 2: each generator is ``[[0, -ω], [ω, 0]]``, ``ω = s (P₁₀ - P₀₁)``,
+  so ComRoPE turns the interleaved pairs as RoPE with frequencies ``ω / max_len``."""
+  cfg = _cfg("comrope", pe_options={"block": 2})
+  _, _, blk = _comrope_params(cfg, 7)
+  n = 11
+  qk = jnp.asarray(np.random.default_rng(8).normal(size=(2, n, cfg.num_heads, cfg.head_dim)),
+                   jnp.float32)
+  pos = jnp.arange(n)[:, None]
+  got_q, got_k = encodings.get("comrope").layer_qk(cfg, blk, qk, 2 * qk, pos)
+  pm, s = np.asarray(blk["comrope_p"]), np.asarray(blk["comrope_scale"])
+  theta = s * (pm[..., 1, 0] - pm[..., 0, 1]) / cfg.max_len  # [heads, d/2]
+  angles = np.arange(n)[:, None, None] * theta  # [seq, heads, d/2]
+  np.testing.assert_allclose(np.asarray(got_q), np.asarray(P.rotate(qk, angles)),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(got_k), np.asarray(P.rotate(2 * qk, angles)),
+                             rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="comrope's block"):
+    _cfg("comrope", pe_options={"block": 3})
+  assert _cfg("comrope").pe_options.block == 4  # the default where 4 divides head_dim
+  assert _cfg("comrope", d_model=12, num_heads=2).pe_options.block == 2
+  from pe_spectral.nn.model import check_freq_mask
+  with pytest.raises(ValueError, match="pe='comrope' declares none a mask can switch"):
+    check_freq_mask(cfg, jnp.ones((cfg.num_layers, cfg.num_heads, 1)))
+
+
 def test_rope_learned_at_its_initial_frequencies_is_rope():
   rng = np.random.default_rng(4)
   ids = jnp.asarray(rng.integers(1, 7, (3, 10)))

@@ -377,6 +377,9 @@ def check_freq_mask(cfg: ModelConfig, freq_mask) -> None:
   rotary pairs: a rotary PE in standard attention, shape
   ``[num_layers, num_heads, head_dim/2]``."""
   count = frequency_count(cfg)
+  if not count and Kind.DYNAMIC in cfg.encoding.kinds:
+    raise ValueError(f"frequency masks switch single frequencies; pe={cfg.pe!r} declares "
+                     f"none a mask can switch (frequency_count 0)")
   if not count:
     raise ValueError(f"frequency masks need a rotation on standard attention heads; "
                      f"pe={cfg.pe!r} has none")

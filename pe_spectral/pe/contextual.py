@@ -1,7 +1,8 @@
-"""PEs whose position term depends on the tokens: CoPE (contextual
-positions), PoPE (softplus magnitudes), ``rope_learned`` (trained
-frequencies), ``alibi_data`` (forget-gate biases) and CARoPE (token-dependent
-frequencies) -- their functions and registered classes together."""
+"""PEs with a layer's own q/k transform or content-dependent position terms:
+CoPE (contextual positions), PoPE (softplus magnitudes), ``rope_learned``
+(trained frequencies), ComRoPE (trained commuting rotation generators),
+``alibi_data`` (forget-gate biases) and CARoPE (token-dependent frequencies)
+-- their functions and registered classes together."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from pe_spectral.pe.rotary import rope_inverse_frequencies, rotate
 __all__ = [
     "cope_positions", "cope_bias", "POPE_PHASE_RANGE", "pope_frequencies", "pope_transform",
     "forget_gate_bias", "carope_frequency", "carope_phases", "CoPEOptions", "PoPEOptions",
-    "AlibiDataOptions", "CoPE", "PoPE", "RopeLearned", "AlibiData", "CARoPE"
+    "AlibiDataOptions", "CoPE", "PoPE", "RopeLearned", "AlibiData", "CARoPE",
+    "comrope_generators", "comrope_rotations", "comrope_angles", "ComRoPEOptions", "ComRoPE"
 ]
 
 
@@ -337,6 +339,123 @@ class RopeLearned(_RotaryPairs):
     k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
     theta = params["rope_theta"][..., 1]  # [..., heads]
     return jnp.cos(k * theta[..., None])
+
+
+def comrope_generators(p: jax.Array, scale: jax.Array) -> jax.Array:
+  """ComRoPE-LD's angle matrices (Yu et al. 2025, arXiv 2506.03737; the
+  reference code's ``ComRoPELDAttention``) for one position axis:
+  ``A_{h,j} = s_j (P_{h,j} - P_{h,j}^T)``, skew-symmetric ``b x b`` blocks.
+
+  Args:
+    p: ``[..., heads, blocks, b, b]`` trained matrices.
+    scale: ``[..., blocks]`` trained multipliers, shared by the heads.
+  """
+  return (p - jnp.swapaxes(p, -1, -2)) * scale[..., None, :, None, None]
+
+
+def comrope_rotations(generators: jax.Array, positions: jax.Array) -> jax.Array:
+  """``R(x) = exp(x A)`` per position: ``[seq, heads, blocks, b, b]`` from
+  generators ``[heads, blocks, b, b]`` and positions ``[seq]`` (orthogonal:
+  ``A`` is skew). Blocks commute (block-diagonal), so ``R(x)^T R(y) =
+  exp((y - x) A)``: the logits depend on positions only through their
+  difference."""
+  x = jnp.asarray(positions, jnp.float32)[:, None, None, None, None]
+  return jax.scipy.linalg.expm(x * generators[None])
+
+
+def comrope_angles(generators: jax.Array) -> jax.Array:
+  """The rotation angles per unit position of each block: the eigenvalues of a
+  real skew-symmetric ``A`` are ``±iω``, those of the Hermitian ``iA`` are
+  ``∓ω`` (read with one Hermitian solver, to the absolute precision of ``A``
+  itself; ``-A²`` would square it away for the slow angles). ``[..., blocks,
+  b]`` ascending, each ``ω`` twice (odd ``b`` adds a 0)."""
+  return jnp.sort(jnp.abs(jnp.linalg.eigvalsh(1j * generators)), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComRoPEOptions:
+  """``comrope``: the generators' block width ``b`` (``head_dim`` must be a
+  multiple; 2 is a learned-frequency RoPE; default 4 where it divides
+  ``head_dim``, else 2) and the trained matrices' initial standard deviation
+  (the reference's ``init_std``; its multipliers start ``N(0, 1)``)."""
+  block: Optional[int] = None
+  init_std: float = 1.0
+
+  def __post_init__(self):
+    if self.block is not None:
+      _int_field(self, "block", 2)
+    _float_field(self, "init_std", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+class ComRoPE(PositionalEncoding):
+  """ComRoPE-LD on token positions (Yu et al. 2025, "ComRoPE: Scalable and
+  Robust Rotary Position Embedding Parameterized by Trainable Commuting Angle
+  Matrices", arXiv 2506.03737; reference Longin-Yu/ComRoPE): each head's
+  query and key are cut into blocks of width ``b`` and block ``j`` is turned
+  by ``exp(x A_{h,j})``, ``A = s_j (P - Pᵀ)`` trained per layer (``P`` per
+  head, ``s`` shared by the heads). The reference normalises image
+  coordinates into [0, 1]; here ``x`` is the token position over ``max_len``
+  (a relative encoding: only differences matter). With ``b = 2`` it is RoPE
+  with the trained frequencies ``s_j (P_10 - P_01)``; a wider block is RoPE in
+  a trained orthogonal basis of the block (``A = U diag(ω) Uᵀ``, which the
+  query/key projections could absorb in one dimension: the class of
+  functions is ``rope_learned``'s, the parametrisation and training differ).
+  The logits are Toeplitz per head at the angles :func:`comrope_angles`."""
+  name = "comrope"
+  description = ("ComRoPE: blocks of q/k turned by exp(x·A), trained commuting skew "
+                 "generators A = s(P - Pᵀ) per layer and head (LieRE/STRING family)")
+  coupling = "multiplicative"
+  kinds = (Kind.DYNAMIC,)
+  options_type = ComRoPEOptions
+  takes_positions = True
+  toeplitz_label = "Re of each head's phase matrix at its slowest trained angle"
+
+  def complete_options(self, cfg, options):
+    if options.block is None:
+      return dataclasses.replace(options, block=4 if cfg.head_dim % 4 == 0 else 2)
+    return options
+
+  def validate(self, cfg):
+    b = cfg.pe_options.block
+    if cfg.head_dim % b:
+      raise ValueError(f"comrope's block ({b}) must divide head_dim = d_model/num_heads = "
+                       f"{cfg.head_dim}")
+
+  def _blocks(self, cfg) -> int:
+    return cfg.head_dim // cfg.pe_options.block
+
+  def layer_params(self, cfg, next_key):
+    b, n = cfg.pe_options.block, self._blocks(cfg)
+    return {"comrope_p": cfg.pe_options.init_std
+            * jax.random.normal(next_key(), (cfg.num_heads, n, b, b)),
+            "comrope_scale": jax.random.normal(next_key(), (n,))}
+
+  def generators(self, params) -> jax.Array:
+    """``[..., heads, blocks, b, b]``: one layer's angle matrices."""
+    return comrope_generators(params["comrope_p"], params["comrope_scale"])
+
+  def layer_qk(self, cfg, params, q, k, positions, freq_mask=None):
+    a = self.generators(params)
+    pos = jnp.asarray(positions, jnp.float32).reshape(-1) / cfg.max_len  # [seq]
+    rot = comrope_rotations(a, pos)  # [seq, heads, blocks, b, b]
+    b = cfg.pe_options.block
+
+    def turn(x):
+      xb = x.reshape(x.shape[:-1] + (x.shape[-1] // b, b))  # [batch, seq, heads, blocks, b]
+      out = jnp.einsum("shnij,bshnj->bshni", rot.astype(x.dtype), xb)
+      return out.reshape(x.shape)
+
+    return turn(q), turn(k)
+
+  def toeplitz_coeffs(self, cfg, params, seq_len):
+    # each block is RoPE in its own orthogonal basis: its phase matrices are
+    # cos((i - j) ω / max_len) at the block's angles; the slowest one's, as
+    # rope_learned reports θ_1
+    k = jnp.arange(-(seq_len - 1), seq_len, dtype=jnp.float32)
+    w = comrope_angles(self.generators(params))  # [..., heads, blocks, b]
+    slowest = jnp.min(jnp.where(w > 0, w, jnp.inf), axis=(-2, -1))
+    slowest = jnp.where(jnp.isfinite(slowest), slowest, 0.0) / cfg.max_len
+    return jnp.cos(k * slowest[..., None])
 
 
 class AlibiData(PositionalEncoding):

@@ -57,6 +57,8 @@ from pe_spectral.pe.contextual import (  # noqa: F401
   AlibiData,
   AlibiDataOptions,
   CARoPE,
+  ComRoPE,
+  ComRoPEOptions,
   CoPE,
   CoPEOptions,
   PoPE,
@@ -79,7 +81,7 @@ __all__ = [
     "PositionalEncoding", "register", "unregister", "get", "names", "load_module", "REGISTRY",
     "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
     "FireOptions",
-    "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "COUPLINGS",
+    "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "ComRoPEOptions", "COUPLINGS",
     "ATTENTION_MODES",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
 ]
@@ -115,7 +117,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
-    PoPE(), RopeLearned(), AlibiData(), CARoPE(),
+    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(),
 ):
   register(_enc)
 del _enc

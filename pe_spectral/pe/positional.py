@@ -48,6 +48,9 @@ from pe_spectral.pe.contextual import (  # noqa: F401
     POPE_PHASE_RANGE,
     carope_frequency,
     carope_phases,
+    comrope_angles,
+    comrope_generators,
+    comrope_rotations,
     cope_bias,
     cope_positions,
     forget_gate_bias,
@@ -94,5 +97,6 @@ __all__ = [
     "fire_bias", "cope_positions", "cope_bias", "kerple_of_distance", "random_positions",
     "sinusoidal_at", "distances", "relative_table_index", "inv_softplus", "carope_frequency",
     "carope_phases", "fire_constants", "POPE_PHASE_RANGE", "pope_frequencies", "pope_transform",
-    "forget_gate_bias"
+    "forget_gate_bias",
+    "comrope_generators", "comrope_rotations", "comrope_angles",
 ]
