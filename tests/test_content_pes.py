@@ -350,6 +350,44 @@ def test_comrope_with_two_wide_blocks_is_rope_with_its_trained_frequencies():
     check_freq_mask(cfg, jnp.ones((cfg.num_layers, cfg.num_heads, 1)))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_dape_logits_equal_the_reference_formula_and_a_zero_mlp_is_alibi(causal):
+  """DAPE (its reference code's AliBi_DAPE): layer 0's logits are
+  ``x + a + MLP([x; a])`` at every (i, j), x the heads' content logits
+  q·k/√d, a ALiBi's bias (Press et al.'s slopes; the lower triangle causally,
+  -m|i-j| bidirectionally), the MLP Linear(2H, W), LeakyReLU(0.01),
+  Linear(W, H) -- a float64 loop here; with the MLP's output layer zero the
+  logits are ALiBi's."""
+  cfg = _cfg("dape", causal=causal, pe_options={"width": 5})
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  params = jax.tree.map(lambda x: x, params)
+  blk = params["blocks"][0]
+  rng = np.random.default_rng(12)
+  for name in ("dape_w1", "dape_b1", "dape_w2", "dape_b2"):
+    blk[name] = jnp.asarray(rng.normal(size=blk[name].shape), jnp.float32)
+  n, h, d = 9, cfg.num_heads, cfg.head_dim
+  ids = jnp.asarray(rng.integers(1, cfg.vocab_size, (1, n)))
+  got = _block_logits(cfg, params, ids)
+  q, k, _, _ = _layer0_qk(cfg, params, ids)
+  w1, b1, w2, b2 = (np.asarray(blk[x], np.float64) for x in ("dape_w1", "dape_b1",
+                                                              "dape_w2", "dape_b2"))
+  m = np.asarray(P.alibi_slopes(h), np.float64)
+  leaky = lambda v: np.where(v > 0, v, 0.01 * v)
+  want = np.zeros((h, n, n))
+  for i in range(n):
+    for j in range(n):
+      x = np.array([q[i, hh] @ k[j, hh] / math.sqrt(d) for hh in range(h)])
+      a = -m * abs(i - j) if (j <= i or not causal) else np.zeros(h)
+      want[:, i, j] = x + a + leaky(np.concatenate([x, a]) @ w1 + b1) @ w2 + b2
+  rows = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+  np.testing.assert_allclose(got[:, rows], want[:, rows], rtol=1e-4, atol=1e-4)
+  blk["dape_w2"], blk["dape_b2"] = jnp.zeros_like(blk["dape_w2"]), jnp.zeros_like(blk["dape_b2"])
+  got = _block_logits(cfg, params, ids)
+  content = np.einsum("ihd,jhd->hij", q, k) / math.sqrt(d)
+  alibi = np.asarray(P.alibi_bias(n, P.alibi_slopes(h), causal=causal), np.float64)
+  np.testing.assert_allclose(got[:, rows], (content + alibi)[:, rows], rtol=1e-4, atol=1e-4)
+
+
 def test_rope_learned_at_its_initial_frequencies_is_rope():
   rng = np.random.default_rng(4)
   ids = jnp.asarray(rng.integers(1, 7, (3, 10)))

@@ -23,13 +23,15 @@ from pe_spectral.pe.base import (
   _int_field,
   inv_softplus,
 )
+from pe_spectral.pe.biases import alibi_bias, alibi_slopes
 from pe_spectral.pe.rotary import rope_inverse_frequencies, rotate
 
 __all__ = [
     "cope_positions", "cope_bias", "POPE_PHASE_RANGE", "pope_frequencies", "pope_transform",
     "forget_gate_bias", "carope_frequency", "carope_phases", "CoPEOptions", "PoPEOptions",
     "AlibiDataOptions", "CoPE", "PoPE", "RopeLearned", "AlibiData", "CARoPE",
-    "comrope_generators", "comrope_rotations", "comrope_angles", "ComRoPEOptions", "ComRoPE"
+    "comrope_generators", "comrope_rotations", "comrope_angles", "ComRoPEOptions", "ComRoPE",
+    "dape_term", "DAPEOptions", "DAPE"
 ]
 
 
@@ -456,6 +458,68 @@ class ComRoPE(PositionalEncoding):
     slowest = jnp.min(jnp.where(w > 0, w, jnp.inf), axis=(-2, -1))
     slowest = jnp.where(jnp.isfinite(slowest), slowest, 0.0) / cfg.max_len
     return jnp.cos(k * slowest[..., None])
+
+
+def dape_term(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2) -> jax.Array:
+  """DAPE's learned term (Zheng et al. 2024, arXiv 2405.14722; the reference
+  code's ``AliBi_DAPE``): at every (query, key) an MLP over the heads'
+  content logits and static biases together, ``Linear(2H -> W)``,
+  LeakyReLU (slope 0.01, torch's default), ``Linear(W -> H)``.
+
+  Args:
+    logits: ``[batch, heads, q, k]`` content logits ``q·k/√d``.
+    bias: ``[heads, q, k]`` the static bias (ALiBi).
+    w1, b1, w2, b2: ``[2H, W]``, ``[W]``, ``[W, H]``, ``[H]``.
+
+  Returns ``[batch, heads, q, k]``; the logits are ``logits + bias + term``.
+  """
+  both = jnp.concatenate([logits, jnp.broadcast_to(bias, logits.shape)], axis=1)
+  hidden = jax.nn.leaky_relu(jnp.einsum("bcqk,cw->bqkw", both, w1) + b1, 0.01)
+  return jnp.moveaxis(hidden @ w2 + b2, -1, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DAPEOptions:
+  """``dape``: the MLP's hidden width (the reference's ``mlp_width``, 32)."""
+  width: int = 32
+
+  def __post_init__(self):
+    _int_field(self, "width", 1)
+
+
+class DAPE(PositionalEncoding):
+  """DAPE, data-adaptive positional encoding (Zheng et al. 2024, "DAPE:
+  Data-Adaptive Positional Encoding for Length Extrapolation", arXiv
+  2405.14722; reference chuanyang-Zheng/DAPE, ``AliBi_DAPE``): ALiBi's bias
+  ``B`` (Press et al.'s slopes) plus, per layer, an MLP of the content logits
+  and ``B`` across the heads at every (query, key) (:func:`dape_term`). The
+  position term depends on the content: no Toeplitz form. With a zero MLP it
+  is ALiBi. Bidirectionally ``B`` is the symmetric ``-m|i - j|``; causally
+  the paper's lower triangle. MLP layers initialised as torch's ``Linear``."""
+  name = "dape"
+  description = ("DAPE: ALiBi's bias plus a per-layer MLP over the heads' content "
+                 "logits and that bias at each (query, key)")
+  coupling = "content_additive"
+  kinds = (Kind.BIAS, Kind.CONTEXTUAL)
+  options_type = DAPEOptions
+  spectral_note = ("dape's learned term is an MLP of the content logits: no Toeplitz form "
+                   "(ALiBi's bias alone when the MLP is zero)")
+
+  def layer_params(self, cfg, next_key):
+    h, w = cfg.num_heads, cfg.pe_options.width
+    lim1, lim2 = 1.0 / math.sqrt(2 * h), 1.0 / math.sqrt(w)
+    u = lambda shape, lim: jax.random.uniform(next_key(), shape, minval=-lim, maxval=lim)
+    return {"dape_w1": u((2 * h, w), lim1), "dape_b1": u((w,), lim1),
+            "dape_w2": u((w, h), lim2), "dape_b2": u((h,), lim2)}
+
+  def bias(self, cfg, params, seq_len, positions=None):
+    return alibi_bias(seq_len, alibi_slopes(cfg.num_heads), causal=cfg.causal)
+
+  def content_bias(self, cfg, params, q, k, mask):
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    static = self.bias(cfg, params, q.shape[1]).astype(logits.dtype)
+    return dape_term(logits, static, params["dape_w1"], params["dape_b1"],
+                     params["dape_w2"], params["dape_b2"]).astype(logits.dtype)
 
 
 class AlibiData(PositionalEncoding):

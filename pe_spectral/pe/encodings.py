@@ -54,6 +54,7 @@ from pe_spectral.pe.biases import (  # noqa: F401
   RopeAdditive,
 )
 from pe_spectral.pe.contextual import (  # noqa: F401
+  DAPE,
   AlibiData,
   AlibiDataOptions,
   CARoPE,
@@ -61,6 +62,7 @@ from pe_spectral.pe.contextual import (  # noqa: F401
   ComRoPEOptions,
   CoPE,
   CoPEOptions,
+  DAPEOptions,
   PoPE,
   PoPEOptions,
   RopeLearned,
@@ -81,7 +83,8 @@ __all__ = [
     "PositionalEncoding", "register", "unregister", "get", "names", "load_module", "REGISTRY",
     "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
     "FireOptions",
-    "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "ComRoPEOptions", "COUPLINGS",
+    "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "ComRoPEOptions", "DAPEOptions",
+    "COUPLINGS",
     "ATTENTION_MODES",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
 ]
@@ -117,7 +120,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
-    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(),
+    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(), DAPE(),
 ):
   register(_enc)
 del _enc
