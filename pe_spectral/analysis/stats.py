@@ -224,9 +224,10 @@ def spearman(x, y) -> float:
   ties); NaN when either side is constant."""
   if np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
     return float("nan")
+  sps = _sps()
   with warnings.catch_warnings():
-    warnings.simplefilter("ignore", _sps().ConstantInputWarning)
-    return float(_sps().spearmanr(x, y).statistic)
+    warnings.simplefilter("ignore", sps.ConstantInputWarning)
+    return float(sps.spearmanr(x, y).statistic)
 
 
 def bootstrap_spearman_ci(x, y, *, level: float = 0.95, resamples: int = _RESAMPLES,

@@ -604,9 +604,8 @@ class MultiHeadAttention(nnx.Module):
         q_rot = jnp.where(rotated, q_rot, q)
         k_rot = jnp.where(rotated, k_rot, k)
       if freq_mask is not None:  # pairs -> channels, in the transform's layout
-        keep = (jnp.concatenate([freq_mask, freq_mask], axis=-1)
-                if getattr(self.rotary, "pairing", "interleaved") == "half"
-                else jnp.repeat(freq_mask, 2, axis=-1)).astype(bool)
+        keep = positional.pairs_to_channels(
+            freq_mask, getattr(self.rotary, "pairing", "interleaved")).astype(bool)
         q_rot = jnp.where(keep, q_rot, q)
         k_rot = jnp.where(keep, k_rot, k)
       q, k = q_rot, k_rot

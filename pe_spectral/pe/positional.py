@@ -73,6 +73,7 @@ from pe_spectral.pe.rotary import (  # noqa: F401
     llama3_frequencies,
     ntk_base,
     p_rope_frequencies,
+    pairs_to_channels,
     pi_frequencies,
     rope_angles,
     rope_inverse_frequencies,
@@ -85,7 +86,8 @@ from pe_spectral.pe.rotary import (  # noqa: F401
 )
 
 __all__ = [
-    "sinusoidal_table", "rope_angles", "apply_rope", "PAIRINGS", "in_pairing", "rotate",
+    "sinusoidal_table", "rope_angles", "apply_rope", "PAIRINGS", "in_pairing",
+    "pairs_to_channels", "rotate",
     "alibi_slopes",
     "alibi_slopes_paper", "alibi_bias", "relative_position_bucket", "relative_offsets",
     "relative_bias_from_table", "RopeScaling", "ROPE_SCALINGS", "pi_frequencies", "ntk_base",

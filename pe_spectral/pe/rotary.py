@@ -27,7 +27,8 @@ __all__ = [
     "pi_frequencies", "ntk_base", "yarn_correction_range", "yarn_frequencies",
     "yarn_turns_frequencies", "llama3_frequencies", "dynamic_ntk_base", "yarn_attention_factor",
     "ROPE_SCALINGS", "RopeScaling", "p_rope_frequencies", "rope_inverse_frequencies",
-    "rope_angles", "apply_rope", "PAIRINGS", "in_pairing", "rotate", "Rotation", "xpos_scale",
+    "rope_angles", "apply_rope", "PAIRINGS", "in_pairing", "pairs_to_channels",
+    "rotate", "Rotation", "xpos_scale",
     "XPos",
     "PartialRopeOptions", "PRopeOptions", "XPosOptions", "Rotary", "XPosEncoding"
 ]
@@ -283,18 +284,37 @@ def apply_rope(x: jax.Array, positions: jax.Array, *,
 PAIRINGS = ("interleaved", "half")
 
 
+def _check_pairing(pairing: str) -> None:
+  if pairing not in PAIRINGS:
+    raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
+
+
+def _half_to_pairs(d: int) -> np.ndarray:
+  """The channel order that puts the half layout's pairs ``(j, j + d/2)`` at
+  ``(2j, 2j+1)``."""
+  return np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
+
+
 def in_pairing(fn, x, pairing: str):
   """``fn`` (written for interleaved pairs ``(2j, 2j+1)``) applied to ``x``
   whose pairs are laid out as ``pairing``: ``"half"`` pairs ``(j, j + d/2)``
   are permuted into the interleaved layout, turned, and permuted back (a
   permutation: exact)."""
-  if pairing not in PAIRINGS:
-    raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
+  _check_pairing(pairing)
   if pairing == "interleaved":
     return fn(x)
-  d = x.shape[-1]
-  half_to_pairs = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).reshape(-1)
-  return fn(x[..., half_to_pairs])[..., np.argsort(half_to_pairs)]
+  order = _half_to_pairs(x.shape[-1])
+  return fn(x[..., order])[..., np.argsort(order)]
+
+
+def pairs_to_channels(values, pairing: str):
+  """Per-pair ``values [..., d/2]`` spread onto the channels ``[..., d]`` of
+  each pair in the ``pairing`` layout (a frequency mask onto q/k)."""
+  _check_pairing(pairing)
+  per_channel = jnp.repeat(values, 2, axis=-1)  # interleaved: (2j, 2j+1)
+  if pairing == "interleaved":
+    return per_channel
+  return per_channel[..., np.argsort(_half_to_pairs(per_channel.shape[-1]))]
 
 
 def _turn_pairs(x, cos, sin):

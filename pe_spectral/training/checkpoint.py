@@ -106,11 +106,6 @@ def _leaf_checksum(x: jax.Array) -> jax.Array:
           ^ (jnp.sum(bits ^ w, dtype=jnp.uint32) * jnp.uint32(0x9E3779B1)))
 
 
-def tree_checksum(tree) -> jax.Array:
-  """``uint32 [num_leaves]``: :func:`_leaf_checksum` of every leaf of ``tree``."""
-  return jnp.stack([_leaf_checksum(x) for x in jax.tree.leaves(tree)])
-
-
 # One small program per leaf shape and dtype rather than one per model: a model's
 # leaves share a handful of shapes, and so do the PEs that one process reads (a
 # comma list of workdirs). One program over the whole tree was traced and compiled
@@ -119,8 +114,9 @@ _leaf_digest = jax.jit(_leaf_checksum)
 _leaf_finite = jax.jit(lambda x: jnp.isfinite(x).all())
 
 
-def _checksum(tree) -> jax.Array:
-  """:func:`tree_checksum`, one jitted call per leaf."""
+def tree_checksum(tree) -> jax.Array:
+  """``uint32 [num_leaves]``: :func:`_leaf_checksum` of every leaf of ``tree``
+  (one jitted call per leaf; inlined when called under ``jit``)."""
   return jnp.stack([_leaf_digest(x) for x in jax.tree.leaves(tree)])
 
 
@@ -302,7 +298,7 @@ class Checkpointer:
 
   def checksum(self, state) -> list[int]:
     """The checksum stored with a save of ``state`` (one int per leaf)."""
-    return [int(v) for v in self._fetch(_checksum(state))]
+    return [int(v) for v in self._fetch(tree_checksum(state))]
 
   def bytes_needed(self, state: Any) -> int:
     """What a save of ``state`` takes on disk: the arrays' bytes plus 64 KiB
