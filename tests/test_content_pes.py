@@ -467,6 +467,132 @@ def test_alibi_data_with_constant_gates_is_alibi(causal):
                              rtol=1e-5, atol=1e-5)
 
 
+# --- PaTH: accumulated Householder transforms --------------------------------
+
+def _householder_loop(q, k, w, beta):
+  """q_iᵀ H_i ⋯ H_{j+1} k_j for j <= i (H_t = I - β_t w_t w_tᵀ), 0 above,
+  by explicit float64 matrix products: q, k, w [n, heads, d], beta [n, heads]
+  -> [heads, n, n] (unscaled)."""
+  n, h, d = q.shape
+  out = np.zeros((h, n, n))
+  for hh in range(h):
+    for i in range(n):
+      for j in range(i + 1):
+        m = np.eye(d)
+        for t in range(i, j, -1):
+          m = m @ (np.eye(d) - beta[t, hh] * np.outer(w[t, hh], w[t, hh]))
+        out[hh, i, j] = q[i, hh] @ m @ k[j, hh]
+  return out
+
+
+def test_path_ut_transform_equals_the_explicit_householder_products():
+  """path_correction (the paper's UT transform, one triangular solve) plus
+  q·k equals the float64 products for β across (0, 2) and directions of
+  norms in [0.3, 1] (H_t stays a contraction); nothing above the diagonal.
+  37 tokens: the solve's blocks of 16 rows, the last one short."""
+  rng = np.random.default_rng(13)
+  b, n, h, d = 2, 37, 3, 5
+  q, k, w = (rng.normal(size=(b, n, h, d)) for _ in range(3))
+  w *= rng.uniform(0.3, 1.0, (b, n, h, 1)) / np.linalg.norm(w, axis=-1, keepdims=True)
+  beta = rng.uniform(0.05, 1.95, size=(b, n, h))
+  got = np.asarray(P.path_correction(*(jnp.asarray(a, jnp.float32) for a in (q, k, w, beta))))
+  for bb in range(b):
+    want = _householder_loop(q[bb], k[bb], w[bb], beta[bb])
+    want -= np.tril(np.einsum("ihd,jhd->hij", q[bb], k[bb]))
+    np.testing.assert_allclose(got[bb], want, rtol=1e-4, atol=1e-4)
+  # the dense operators P[i, j] = H_i ⋯ H_{j+1} say the same, and each is a
+  # contraction for unit directions (eigenvalues of H_t: 1 and 1 - β_t)
+  unit = w[0, :, 0] / np.linalg.norm(w[0, :, 0], axis=-1, keepdims=True)
+  ops = np.asarray(P.path_transport(jnp.asarray(unit, jnp.float32),
+                                    jnp.asarray(beta[0, :, 0], jnp.float32)), np.float64)
+  for i in range(n):
+    for j in range(n):
+      m = np.eye(d)
+      for t in range(i, j, -1):
+        m = m @ (np.eye(d) - beta[0, t, 0] * np.outer(unit[t], unit[t]))
+      np.testing.assert_allclose(ops[i, j], m, atol=1e-5)
+  assert np.linalg.norm(ops, ord=2, axis=(-2, -1)).max() <= 1 + 1e-5
+  one = np.eye(d) - beta[0, 3, 0] * np.outer(unit[3], unit[3])
+  np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(one)),
+                             np.sort(np.r_[1 - beta[0, 3, 0], np.ones(d - 1)]), atol=1e-12)
+
+
+def test_path_with_one_fixed_direction_is_a_toeplitz_factor_on_a_rank_one_gram():
+  """With the same unit w and β at every token, H^(i-j) = I - (1 - (1-β)^(i-j)) w wᵀ,
+  so PaTH's term is -(1 - (1-β)^(i-j)) (q_i·w)(w·k_j): a lower-triangular
+  Toeplitz matrix times a rank-one content Gram, elementwise (closed form)."""
+  rng = np.random.default_rng(14)
+  n, h, d = 9, 2, 4
+  q, k = (rng.normal(size=(1, n, h, d)) for _ in range(2))
+  u = rng.normal(size=(h, d))
+  u /= np.linalg.norm(u, axis=-1, keepdims=True)
+  beta = np.array([0.4, 1.7])
+  w = np.broadcast_to(u, (1, n, h, d))
+  got = np.asarray(P.path_correction(*(jnp.asarray(a, jnp.float32) for a in
+                                       (q, k, w, np.broadcast_to(beta, (1, n, h))))))[0]
+  off = np.arange(n)[:, None] - np.arange(n)[None, :]
+  for hh in range(h):
+    factor = np.where(off >= 0, 1 - (1 - beta[hh]) ** np.maximum(off, 0), 0.0)
+    gram = np.outer(q[0, :, hh] @ u[hh], k[0, :, hh] @ u[hh])
+    np.testing.assert_allclose(got[hh], -factor * gram, rtol=1e-4, atol=1e-5)
+
+
+def _path_model(rank=3, conv=3):
+  cfg = _cfg("path", causal=True, pe_options={"rank": rank, "conv": conv})
+  _, params = init_model(cfg, jax.random.key(0))
+  params = jax.tree.map(lambda x: x, params)
+  rng = np.random.default_rng(15)
+  for blk in params["blocks"].values():
+    for name in ("path_w_down", "path_w_up", "path_conv", "path_beta_w", "path_beta_b"):
+      blk[name] = jnp.asarray(rng.normal(size=blk[name].shape), jnp.float32)
+  return cfg, params
+
+
+def test_the_model_computes_paths_logits_and_zero_directions_are_nope():
+  """Layer 0's logits are (q_iᵀ H_i ⋯ H_{j+1} k_j)/√d with the reference's
+  directions written here in float64 -- x W_down W_up, a causal width-3
+  depthwise convolution, SiLU, unit norm per head -- and β = 2σ(x u + b);
+  with W_up = 0 (every H_t = I) the whole model equals NoPE with its weights."""
+  cfg, params = _path_model()
+  n, h, d = 8, cfg.num_heads, cfg.head_dim
+  ids = jnp.asarray(np.random.default_rng(16).integers(1, cfg.vocab_size, (1, n)))
+  got = _block_logits(cfg, params, ids)
+  q, k, x, _ = _layer0_qk(cfg, params, ids)
+  blk = {name: np.asarray(v, np.float64) for name, v in params["blocks"][0].items()
+         if name.startswith("path_")}
+  u = x @ blk["path_w_down"] @ blk["path_w_up"]  # [n, heads*d]
+  conv = blk["path_conv"]  # [K, heads*d]
+  y = np.zeros_like(u)
+  for t in range(n):
+    for s in range(conv.shape[0]):
+      src = t - (conv.shape[0] - 1) + s
+      if src >= 0:
+        y[t] += conv[s] * u[src]
+  y = (y / (1 + np.exp(-y))).reshape(n, h, d)
+  w = y / np.sqrt((y * y).sum(-1, keepdims=True) + 1e-6)
+  beta = 2 / (1 + np.exp(-(x @ blk["path_beta_w"] + blk["path_beta_b"])))
+  want = _householder_loop(q, k, w, beta) / math.sqrt(d)
+  rows = np.tril(np.ones((n, n), bool))
+  np.testing.assert_allclose(got[:, rows], want[:, rows], rtol=1e-4, atol=1e-4)
+  assert np.abs(want - np.tril(np.einsum("ihd,jhd->hij", q, k)) / math.sqrt(d)).max() > 1e-2
+  # every |logit| <= |q_i||k_j|/√d: the transforms are contractions
+  bound = np.linalg.norm(q, axis=-1).T[:, :, None] * np.linalg.norm(k, axis=-1).T[:, None, :]
+  assert np.all(np.abs(got[:, rows]) <= bound[:, rows] / math.sqrt(d) + 1e-4)
+  for b in params["blocks"].values():
+    b["path_w_up"] = jnp.zeros_like(b["path_w_up"])
+  g_path = init_model(cfg, jax.random.key(0))[0]
+  g_nope, p_nope = init_model(_cfg("nope", causal=True), jax.random.key(0))
+  shared = {key: v for key, v in params.items() if key != "blocks"}
+  shared["blocks"] = {i: {key: v for key, v in b.items() if not key.startswith("path_")}
+                      for i, b in params["blocks"].items()}
+  assert jax.tree.structure(shared) == jax.tree.structure(p_nope)
+  ids = jnp.asarray(np.random.default_rng(17).integers(1, cfg.vocab_size, (3, 10)))
+  np.testing.assert_allclose(np.asarray(apply_model(g_path, params, ids)),
+                             np.asarray(apply_model(g_nope, shared, ids)), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="pe='path' is defined for causal attention only"):
+    _cfg("path")
+
+
 def test_couplings_are_declared_in_the_extended_vocabulary():
   assert encodings.get("pope").coupling == "content_multiplicative"
   assert encodings.get("alibi_data").coupling == "content_additive"
@@ -528,7 +654,7 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
   that finds the file again from the run's config; a clash is one line."""
   mod = tmp_path / "my_pes.py"
   mod.write_text(OUTSIDE_PE)
-  pes = ["pope", "alibi_data", "my_learned_rope", "carope"]
+  pes = ["pope", "alibi_data", "my_learned_rope", "carope", "path"]  # path: causal
   _cli("experiments.sweep", f"--pe={','.join(pes)}", f"--pe_module={mod}", "--preset=smoke",
        "--seeds=2", "--steps=6", "--eval_every=6", "--task=even_pairs", cwd=tmp_path)
   wds = [str(tmp_path / "runs" / "even_pairs" / f"{pe}-smoke-steps6") for pe in pes]
@@ -536,9 +662,11 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
     assert json.load(f)["run"]["model"]["pe_module"] == str(mod)
   with open(os.path.join(wds[0], "config.json")) as f:
     assert "pe_module" not in json.load(f)["run"]["model"]  # a package PE records none
+  with open(os.path.join(wds[4], "config.json")) as f:  # set for PaTH, and recorded
+    assert json.load(f)["run"]["model"]["causal"] is True
   for out in run_cli_batch("experiments.ablate",  # both command lines in one process
                            [([f"--workdir={wds[0]},{wds[2]},{wds[3]}", "--frequencies"], tmp_path),
-                            ([f"--workdir={wds[1]}"], tmp_path)]):
+                            ([f"--workdir={wds[1]},{wds[4]}"], tmp_path)]):
     assert out.returncode == 0, out.stderr[-3000:]
   _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
   _cli("experiments.lengths", f"--workdir={','.join(wds)}", "--factors=1,2",

@@ -28,7 +28,8 @@ def _exact_matmuls():
 
 def _serves(pe: str) -> bool:
   try:
-    ModelConfig(pe=pe, attention_impl="xla")
+    ModelConfig(pe=pe, attention_impl="xla",
+                causal="bidirectional" not in encodings.get(pe).attention)
   except ValueError:
     return False
   return True

@@ -108,8 +108,9 @@ class CausalOnly(ToyDecay):
 
 
 def test_a_pe_defined_for_one_mask_refuses_the_other_in_one_line():
-  assert all(encodings.get(p).attention == ("causal", "bidirectional")
-             for p in encodings.names())  # every built-in has both forms (docs/encodings.md)
+  # every built-in has both forms but PaTH, a product over the prefix (docs/encodings.md)
+  assert {p for p in encodings.names()
+          if encodings.get(p).attention != ("causal", "bidirectional")} == {"path"}
   encodings.register(CausalOnly())
   try:
     base = dict(pe="toy_causal_only", vocab_size=7, num_classes=3, d_model=16, num_heads=2,
@@ -118,6 +119,11 @@ def test_a_pe_defined_for_one_mask_refuses_the_other_in_one_line():
     with pytest.raises(ValueError, match=r"^pe='toy_causal_only' is defined for causal "
                                          r"attention only, not bidirectional \(causal=False\)$"):
       ModelConfig(**base)
+    # a run's config is causal for it unless the command line says otherwise, in one line
+    assert config.build("smoke", "distance", "toy_causal_only").model.causal
+    assert not config.build("smoke", "distance", "rope").model.causal
+    with pytest.raises(ValueError, match="defined for causal attention only"):
+      config.build("smoke", "distance", "toy_causal_only", overrides={"model": {"causal": False}})
   finally:
     encodings.unregister("toy_causal_only")
   for bad in ((), ("sideways",), ("causal", "causal")):

@@ -76,8 +76,9 @@ def layer_terms(graphdef, params, ids, layer: int) -> dict:
   bias = jnp.zeros((h, n, n)) if bias is None else bias
   kinds = cfg.encoding.kinds
   if Kind.CONTEXTUAL in kinds:
-    # CoPE: its term depends on q and k; it is part of B (no rotation to remove)
-    bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids))
+    # CoPE, PaTH: a term from q and k (and the layer's input); part of B (no
+    # rotation to remove)
+    bias = bias + block.content_bias(q_rot, k_rot, model.attention_mask(ids), x=hq)
   if Kind.GATED in kinds:
     # alibi_data: a bias from the layer's input, part of B as ALiBi's is
     bias = bias + block.gate_bias(hq, model.attention_mask(ids))

@@ -103,9 +103,13 @@ class _Block(nnx.Module):
     return self.cfg.encoding.logit_factor(self.cfg, self.pe_params(), seq_len,
                                           positions=positions)
 
-  def content_bias(self, q, k, mask) -> Optional[jax.Array]:
-    """The PE's logit term from this layer's queries/keys (CoPE), or None."""
-    return self.cfg.encoding.content_bias(self.cfg, self.pe_params(), q, k, mask)
+  def content_bias(self, q, k, mask, x=None) -> Optional[jax.Array]:
+    """The PE's logit term from this layer's queries/keys (CoPE), or None;
+    ``x``: the layer's normed input, passed on to a PE that reads it
+    (``bias_reads_input``: PaTH)."""
+    enc = self.cfg.encoding
+    more = {"x": x} if enc.bias_reads_input else {}
+    return enc.content_bias(self.cfg, self.pe_params(), q, k, mask, **more)
 
   def kv_input(self, h, e):
     """What keys/values are computed from: the normed residual ``h``, or the
@@ -120,7 +124,7 @@ class _Block(nnx.Module):
     enc, extra = self.cfg.encoding, {}
     bias_fn = None
     if Kind.CONTEXTUAL in enc.kinds:
-      bias_fn = lambda q, k: self.content_bias(q, k, mask)
+      bias_fn = lambda q, k: self.content_bias(q, k, mask, x=h)
     if Kind.GATED in enc.kinds:
       gated = self.gate_bias(h, mask)
       bias = gated if bias is None else bias + gated

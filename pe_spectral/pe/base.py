@@ -8,8 +8,9 @@ evaluation-time scalings, xPos), ``biases`` (additive and multiplicative
 logit biases: T5, ALiBi, KERPLE, FIRE, rope_additive, alibi_multiplicative),
 ``latent`` (MLA's decoupled rotary channel) and ``contextual`` (PEs whose
 position term depends on the tokens: CoPE, PoPE, rope_learned, alibi_data,
-CARoPE) -- each with its pure ``jnp`` functions and its registered classes
-together. :mod:`pe_spectral.pe.encodings` registers them.
+CARoPE) and ``householder`` (PaTH's accumulated Householder transforms) -- each
+with its pure ``jnp`` functions and its registered classes together.
+:mod:`pe_spectral.pe.encodings` registers them.
 
 An encoding implements the hooks every consumer needs, and nothing outside
 the PE modules switches on a PE's name:
@@ -21,7 +22,8 @@ the PE modules switches on a PE's name:
 * ``qk_transform`` / ``rotary_heads`` -- what is done to queries and keys, and
   on how many heads (RoPE, partial RoPE, p-RoPE, xPos, MLA's rotary channel);
 * ``content_bias`` -- a logit term computed from the layer's queries and keys
-  (CoPE's contextual positions); it has no Toeplitz form;
+  (CoPE's contextual positions), and from its input where the PE
+  ``bias_reads_input`` (PaTH's transforms); it has no Toeplitz form;
 * ``logit_factor`` -- a per-layer multiplicative factor ``[heads, n, n]`` on
   the content logits (``alibi_multiplicative``'s decay ``ρ^{|i-j|}``);
 * ``layer_qk`` / ``logit_scale`` -- a q/k transform with the layer's PE
@@ -211,6 +213,9 @@ class PositionalEncoding:
   # layer_qk also takes the layer's normed input ``x=`` (CARoPE's per-token
   # frequencies); other ``dynamic`` PEs are called without it
   qk_reads_input: bool = False
+  # content_bias also takes the layer's normed input ``x=`` (PaTH's
+  # Householder directions); other ``contextual`` PEs are called without it
+  bias_reads_input: bool = False
   # the layer parameter ``[heads, frequencies]`` that holds trained
   # frequencies (rope_learned's θ): recorded at every evaluation
   # (``frequencies.jsonl``) and compared with ``frequencies(cfg)``
@@ -260,7 +265,9 @@ class PositionalEncoding:
 
   def content_bias(self, cfg, params: dict, q, k, mask) -> Optional[jax.Array]:
     """A logit term ``[batch, heads, q, k]`` from the layer's (transformed)
-    queries/keys ``[batch, seq, heads, d]`` and its attention ``mask``, or None."""
+    queries/keys ``[batch, seq, heads, d]`` and its attention ``mask``, or None.
+    A PE with :attr:`bias_reads_input` gets ``x=``, the layer's normed input
+    ``[batch, seq, d_model]``, as one more keyword."""
     return None
 
   def logit_factor(self, cfg, params: dict, seq_len: int,

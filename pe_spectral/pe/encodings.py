@@ -3,9 +3,9 @@
 Each family's module holds its pure functions and its registered classes
 (:mod:`~pe_spectral.pe.absolute`, :mod:`~pe_spectral.pe.rotary`,
 :mod:`~pe_spectral.pe.biases`, :mod:`~pe_spectral.pe.latent`,
-:mod:`~pe_spectral.pe.contextual`); the hook interface and the registry are
-in :mod:`~pe_spectral.pe.base` (its docstring lists the hooks). This module
-registers the built-in PEs and is the one name the rest of the library, the
+:mod:`~pe_spectral.pe.contextual`, :mod:`~pe_spectral.pe.householder`); the hook
+interface and the registry are in :mod:`~pe_spectral.pe.base` (its docstring lists
+the hooks). This module registers the built-in PEs and is the one name the rest of the library, the
 programs and notebooks use: ``encodings.get("rope")``, ``encodings.names()``,
 ``encodings.register(MyPE())``. Nothing outside the PE modules switches on a
 PE's name.
@@ -67,6 +67,10 @@ from pe_spectral.pe.contextual import (  # noqa: F401
   PoPEOptions,
   RopeLearned,
 )
+from pe_spectral.pe.householder import (  # noqa: F401
+  PaTH,
+  PaTHOptions,
+)
 from pe_spectral.pe.latent import (  # noqa: F401
   MLA,
   MLAOptions,
@@ -84,6 +88,7 @@ __all__ = [
     "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
     "FireOptions",
     "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "ComRoPEOptions", "DAPEOptions",
+    "PaTHOptions",
     "COUPLINGS",
     "ATTENTION_MODES",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
@@ -120,7 +125,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
-    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(), DAPE(),
+    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(), DAPE(), PaTH(),
 ):
   register(_enc)
 del _enc

@@ -2,8 +2,8 @@
 ``positional.alibi_slopes``, ...): each is defined once, in its family's module
 (:mod:`~pe_spectral.pe.absolute`, :mod:`~pe_spectral.pe.rotary`,
 :mod:`~pe_spectral.pe.biases`, :mod:`~pe_spectral.pe.latent`,
-:mod:`~pe_spectral.pe.contextual`), beside the registered classes that use it;
-this module only gathers them for notebooks and the analyses.
+:mod:`~pe_spectral.pe.contextual`, :mod:`~pe_spectral.pe.householder`), beside the
+registered classes that use it; this module only gathers them for notebooks and the analyses.
 
 Every function is framework-free and works under ``jax.jit`` and ``jax.vmap``.
 The q/k transforms (:class:`Rotation`, :class:`PaperMLARotation`,
@@ -57,6 +57,12 @@ from pe_spectral.pe.contextual import (  # noqa: F401
     pope_frequencies,
     pope_transform,
 )
+from pe_spectral.pe.householder import (  # noqa: F401
+    path_betas,
+    path_correction,
+    path_directions,
+    path_transport,
+)
 from pe_spectral.pe.latent import (  # noqa: F401
     PaperMLARotation,
     paper_mla_rotary,
@@ -101,4 +107,5 @@ __all__ = [
     "carope_phases", "fire_constants", "POPE_PHASE_RANGE", "pope_frequencies", "pope_transform",
     "forget_gate_bias",
     "comrope_generators", "comrope_rotations", "comrope_angles",
+    "path_directions", "path_betas", "path_correction", "path_transport",
 ]
