@@ -40,7 +40,8 @@ def _options_perturbed(cfg: ModelConfig) -> list:
                encodings.AlibiDataOptions: [{"gate_bias_init": 1.0}],
                encodings.ComRoPEOptions: [{"block": 2}, {"init_std": 0.5}],
                encodings.DAPEOptions: [{"width": 8}],
-               encodings.PaTHOptions: [{"rank": 8}, {"conv": 1}]}.get(type(opts), [])
+               encodings.PaTHOptions: [{"rank": 8}, {"conv": 1}],
+               encodings.StickBreakingOptions: [{"attend_current": True}]}.get(type(opts), [])
   assert opts is None or changes, f"{cfg.pe}: no perturbation for {type(opts).__name__}"
   return [cfg.replace(pe_options=dataclasses.replace(opts, **c)) for c in changes]
 

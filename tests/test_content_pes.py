@@ -593,6 +593,82 @@ def test_the_model_computes_paths_logits_and_zero_directions_are_nope():
     _cfg("path")
 
 
+# --- stick-breaking attention ------------------------------------------------
+
+def _stick_loop(z, visible):
+  """A_ij = σ(z_ij) ∏_{l visible, l > j} (1 - σ(z_il)) for visible (i, j), in
+  float64 products: z [n, n] -> [n, n]."""
+  n = z.shape[0]
+  sig = lambda x: 1.0 / (1.0 + math.exp(-x))
+  out = np.zeros((n, n))
+  for i in range(n):
+    for j in range(n):
+      if visible[i, j]:
+        a = sig(z[i, j])
+        for l in range(j + 1, n):
+          if visible[i, l]:
+            a *= 1.0 - sig(z[i, l])
+        out[i, j] = a
+  return out
+
+
+@pytest.mark.parametrize("current", [False, True])
+def test_stick_breaking_weights_equal_the_float64_products(current):
+  """The reference's weights (fla naive_stickbreaking_attn) against products
+  in float64, with a padding mask; each row sums to 1 - ∏(1 - σ(z_ij)); with
+  every logit c they are σ(c) σ(-c)^(i-1-j) (σ(c) σ(-c)^(i-j) when a query
+  takes its own share): a geometric recency decay."""
+  rng = np.random.default_rng(18)
+  n = 9
+  z = rng.normal(size=(2, 3, n, n)) * 2
+  keys = np.arange(n)[None, None, None, :] < np.array([n, 6])[:, None, None, None]
+  got = np.asarray(A.stick_breaking_weights(jnp.asarray(z, jnp.float32), jnp.asarray(keys),
+                                            attend_current=current))
+  tri = np.tril(np.ones((n, n), bool), 0 if current else -1)
+  for b in range(2):
+    for h in range(3):
+      vis = tri & keys[b, 0]
+      want = _stick_loop(z[b, h], vis)
+      np.testing.assert_allclose(got[b, h], want, rtol=1e-5, atol=1e-6)
+      left = np.prod(np.where(vis, 1 - 1 / (1 + np.exp(-z[b, h])), 1.0), axis=-1)
+      np.testing.assert_allclose(got[b, h].sum(-1), 1 - left, rtol=1e-5, atol=1e-6)
+  c = 0.7
+  flat = np.asarray(A.stick_breaking_weights(jnp.full((n, n), c), attend_current=current))
+  i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+  s = 1 / (1 + math.exp(-c))
+  decay = s * (1 - s) ** np.maximum(i - j - (0 if current else 1), 0)
+  np.testing.assert_allclose(flat, np.where(tri, decay, 0.0), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("current", [False, True])
+def test_a_stick_breaking_model_attends_with_those_weights(current):
+  """Layer 0's head outputs are Σ_j A_ij v_j with A from float64 products of
+  the layer's own q·k/√d (the causal mask, the rows' remainders dropped); the
+  first token's output is zero unless a query takes its own share; it is
+  causal only, and the library attention refuses it in one line."""
+  from pe_spectral.nn.model import merge_for_compute
+  cfg = _cfg("stickbreaking", causal=True, pe_options={"attend_current": current})
+  graphdef, params = init_model(cfg, jax.random.key(0))
+  n, h, d = 8, cfg.num_heads, cfg.head_dim
+  ids = jnp.asarray(np.random.default_rng(19).integers(1, cfg.vocab_size, (1, n)))
+  model = merge_for_compute(graphdef, params)
+  x = model.embed_inputs(ids)
+  blk = model.blocks[0]
+  got = np.asarray(blk.head_outputs(x, x, positions=np.arange(n),
+                                    mask=model.attention_mask(ids)), np.float64)[0]
+  q, k, hn, _ = _layer0_qk(cfg, params, ids)
+  v = np.asarray(blk.attn._heads(blk.attn.v_proj(jnp.asarray(hn, jnp.float32))), np.float64)
+  tri = np.tril(np.ones((n, n), bool), 0 if current else -1)
+  for hh in range(h):
+    weights = _stick_loop(q[:, hh] @ k[:, hh].T / math.sqrt(d), tri)
+    np.testing.assert_allclose(got[:, hh], weights @ v[:, hh], rtol=1e-4, atol=1e-5)
+  assert (np.abs(got[0]).max() == 0.0) != current
+  with pytest.raises(ValueError, match="defined for causal attention only"):
+    _cfg("stickbreaking")
+  with pytest.raises(ValueError, match="whose weights are stickbreaking"):
+    _cfg("stickbreaking", causal=True, attention_impl="xla", dropout=0.0)
+
+
 def test_couplings_are_declared_in_the_extended_vocabulary():
   assert encodings.get("pope").coupling == "content_multiplicative"
   assert encodings.get("alibi_data").coupling == "content_additive"
@@ -654,7 +730,8 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
   that finds the file again from the run's config; a clash is one line."""
   mod = tmp_path / "my_pes.py"
   mod.write_text(OUTSIDE_PE)
-  pes = ["pope", "alibi_data", "my_learned_rope", "carope", "path"]  # path: causal
+  # path and stickbreaking: causal only, so their runs are causal
+  pes = ["pope", "alibi_data", "my_learned_rope", "carope", "path", "stickbreaking"]
   _cli("experiments.sweep", f"--pe={','.join(pes)}", f"--pe_module={mod}", "--preset=smoke",
        "--seeds=2", "--steps=6", "--eval_every=6", "--task=even_pairs", cwd=tmp_path)
   wds = [str(tmp_path / "runs" / "even_pairs" / f"{pe}-smoke-steps6") for pe in pes]
@@ -666,7 +743,7 @@ def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
     assert json.load(f)["run"]["model"]["causal"] is True
   for out in run_cli_batch("experiments.ablate",  # both command lines in one process
                            [([f"--workdir={wds[0]},{wds[2]},{wds[3]}", "--frequencies"], tmp_path),
-                            ([f"--workdir={wds[1]},{wds[4]}"], tmp_path)]):
+                            ([f"--workdir={wds[1]},{wds[4]},{wds[5]}"], tmp_path)]):
     assert out.returncode == 0, out.stderr[-3000:]
   _cli("experiments.decompose", f"--workdir={','.join(wds)}", "--examples=8", cwd=tmp_path)
   _cli("experiments.lengths", f"--workdir={','.join(wds)}", "--factors=1,2",

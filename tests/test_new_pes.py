@@ -108,9 +108,11 @@ class CausalOnly(ToyDecay):
 
 
 def test_a_pe_defined_for_one_mask_refuses_the_other_in_one_line():
-  # every built-in has both forms but PaTH, a product over the prefix (docs/encodings.md)
+  # every built-in has both forms but PaTH and stick-breaking, processes over the
+  # prefix (docs/encodings.md)
   assert {p for p in encodings.names()
-          if encodings.get(p).attention != ("causal", "bidirectional")} == {"path"}
+          if encodings.get(p).attention != ("causal", "bidirectional")} == {"path",
+                                                                              "stickbreaking"}
   encodings.register(CausalOnly())
   try:
     base = dict(pe="toy_causal_only", vocab_size=7, num_classes=3, d_model=16, num_heads=2,

@@ -156,7 +156,7 @@ def test_registry_and_unknown_name():
       "nope", "sinusoidal", "learned", "relative", "alibi", "rope", "partial_rope",
       "rope_sinusoidal", "mla", "kerple_log", "kerple_power", "p_rope", "fire", "xpos",
       "cope", "rope_additive", "alibi_multiplicative", "pope", "rope_learned", "alibi_data",
-      "carope", "comrope", "dape", "path"}
+      "carope", "comrope", "dape", "path", "stickbreaking"}
   assert encodings.get("cope").kinds == ("contextual",)
   assert encodings.get("rope_sinusoidal").kinds == ("input", "rotary")
   assert encodings.get("alibi").kinds == ("bias",)

@@ -22,7 +22,8 @@ def test_spectra_cli_writes_json_and_figures(tmp_path):
           "p_rope"} <= analysed
   # said, not faked (faithful MLA: the paper's transform is not a rotation)
   assert set(res["no_toeplitz"]) == {"nope", "learned", "xpos", "cope", "mla", "pope",
-                                     "alibi_data", "carope", "dape", "path"}
+                                     "alibi_data", "carope", "dape", "path",
+                                     "stickbreaking"}
   assert "not a rotation" in res["no_toeplitz"]["mla"]
   assert "content" in res["no_toeplitz"]["cope"]
   assert "content" in res["no_toeplitz"]["carope"]

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_spectral.nn.attention import masked_softmax
+from pe_spectral.nn.attention import attention_weights
 from pe_spectral.nn.model import PAD_ID
 from pe_spectral.pe import spectral as S
 from pe_spectral.pe.base import Kind
@@ -211,9 +211,12 @@ def attention_maps(graphdef, params, ids, layer: int) -> jax.Array:
   """Attention probabilities of one layer for seed-stacked ``params``:
   ``[seeds, batch, heads, n, n]``, each row the softmax over keys of the
   logits :func:`layer_terms` computes (``"logits"``), masked as the model
-  masks them (padding in clean mode, future keys when causal)."""
+  masks them (padding in clean mode, future keys when causal); the
+  stick-breaking weights for a PE whose normalisation they are."""
   def one(p):
     logits = layer_terms(graphdef, p, ids, layer)["logits"]
-    mask = nnx.merge(graphdef, p).attention_mask(ids)  # [batch, 1, q, k] or None
-    return masked_softmax(logits, mask, logits.dtype)
+    model = nnx.merge(graphdef, p)
+    mask = model.attention_mask(ids)  # [batch, 1, q, k] or None
+    return attention_weights(logits, mask, logits.dtype,
+                             model.cfg.encoding.normalisation(model.cfg))
   return jax.vmap(one)(params)

@@ -24,7 +24,8 @@ from pe_spectral.runtime import speed
 
 __all__ = ["attention", "blockwise_attention", "library_attention", "LIBRARY_IMPLEMENTATIONS",
            "attention_logits", "softmax_probs", "dropout", "masked_softmax",
-           "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention"]
+           "torch_linear_init", "torch_linear", "MultiHeadAttention", "LatentAttention",
+           "NORMALISATIONS", "stick_breaking_weights", "attention_weights"]
 
 # Large finite negative: masked logits never produce NaN, even for a row whose
 # keys are all masked (such a row attends uniformly, and callers never pool it).
@@ -78,8 +79,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
               dropout_key: Optional[jax.Array] = None,
               factor: Optional[jax.Array] = None,
               query_block: Optional[int] = None,
-              implementation: Optional[str] = None) -> jax.Array:
-  """Softmax attention.
+              implementation: Optional[str] = None,
+              normalisation: str = "softmax") -> jax.Array:
+  """Softmax attention (or stick-breaking: ``normalisation``).
 
   Differentiated by a hand-written VJP (:func:`_attend`; the gradient of plain
   autodiff up to float rounding, tested) that is cheaper on CPU: the softmax
@@ -117,6 +119,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
       GPU with ``"cudnn"``). It computes ``softmax(q k^T * scale + bias)``
       only: a ``factor``, dropout on the probabilities and ``query_block``
       are refused (ValueError), never dropped silently.
+    normalisation: ``"softmax"`` (default), or stick-breaking weights
+      (:func:`stick_breaking_weights`; ``"stickbreaking_current"`` lets a
+      query take a share of its own value): computed by plain autodiff,
+      without the kernels above (``query_block`` and ``implementation``
+      refused).
 
   Returns:
     ``[batch, q_len, heads, d_v]``.
@@ -128,7 +135,14 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   chex.assert_axis_dimension(k, 2, q.shape[2])
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  if implementation is not None:
+  if normalisation != "softmax":
+    if implementation is not None or query_block is not None:
+      raise ValueError(f"normalisation={normalisation!r} runs on the plain path only, not "
+                       f"with implementation={implementation!r} or query_block={query_block}")
+    logits = attention_logits(q * scale, k, bias=bias, scale=1.0, factor=factor)
+    p = attention_weights(logits, mask, v.dtype, normalisation)
+    out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, dropout_rate, dropout_key), _hm(v)))
+  elif implementation is not None:
     if query_block is not None:
       raise ValueError(f"implementation={implementation!r} and query_block={query_block} "
                        f"exclude each other (the blockwise kernel is the project's own)")
@@ -193,6 +207,44 @@ def library_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                                      scale=float(scale),
                                      implementation=LIBRARY_IMPLEMENTATIONS[implementation])
   return out[..., :d_v]
+
+
+# How logits become attention weights: the row softmax, or stick-breaking
+# (Tan et al. 2024), over the keys before the query only or including it.
+NORMALISATIONS = ("softmax", "stickbreaking", "stickbreaking_current")
+
+
+def stick_breaking_weights(logits: jax.Array, mask: Optional[jax.Array] = None, *,
+                           attend_current: bool = False) -> jax.Array:
+  """Stick-breaking attention weights (Tan et al. 2024, arXiv 2410.17980; the
+  reference fla ``naive_stickbreaking_attn``), ``[..., q, k]`` in float32:
+  ``A_ij = σ(z_ij) ∏_l (1 - σ(z_il))`` over the visible keys ``l`` after ``j``,
+  visible meaning ``j < i`` (``j <= i`` with ``attend_current``) and allowed
+  by ``mask``. Walking back from the query each key takes a sigmoid share of
+  what the nearer keys left; a row sums to ``1 - ∏_j (1 - σ(z_ij))`` <= 1
+  (the rest of the stick is dropped, as the reference's layer does). In log
+  space: ``log σ(z_ij) + Σ_{l>j} log σ(-z_il)``."""
+  z = logits.astype(jnp.float32)
+  n_q, n_k = z.shape[-2:]
+  i, j = jnp.arange(n_q)[:, None], jnp.arange(n_k)[None, :]
+  visible = (j <= i) if attend_current else (j < i)
+  if mask is not None:
+    visible = visible & mask
+  log_keep = jnp.where(visible, jax.nn.log_sigmoid(-z), 0.0)  # log(1 - β)
+  after = jnp.flip(jnp.cumsum(jnp.flip(log_keep, -1), -1), -1) - log_keep  # Σ_{l>j}
+  return jnp.where(visible, jnp.exp(jax.nn.log_sigmoid(z) + after), 0.0)
+
+
+def attention_weights(logits, mask, dtype, normalisation: str = "softmax"):
+  """Logits ``[batch, heads, q, k]`` to attention weights in ``dtype``, as
+  ``normalisation`` (:data:`NORMALISATIONS`) says."""
+  if normalisation == "softmax":
+    return masked_softmax(logits, mask, dtype)
+  if normalisation not in NORMALISATIONS:
+    raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}, "
+                     f"got {normalisation!r}")
+  return stick_breaking_weights(
+      logits, mask, attend_current=normalisation == "stickbreaking_current").astype(dtype)
 
 
 def softmax_probs(q, k, bias, mask, scale, dtype, factor=None):
@@ -570,10 +622,12 @@ class MultiHeadAttention(nnx.Module):
   def __init__(self, d_model: int, num_heads: int, *, rope_heads: int = 0,
                rotary=None, attn_dropout: float = 0.0,
                init_scheme: str = "torch", query_block: Optional[int] = None,
-               implementation: Optional[str] = None, rngs: nnx.Rngs):
+               implementation: Optional[str] = None, normalisation: str = "softmax",
+               rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.query_block = query_block
     self.implementation = implementation
+    self.normalisation = normalisation
     self.head_dim = d_model // num_heads
     self.rope_heads = rope_heads
     self.rotary = positional.Rotation() if rotary is None else rotary
@@ -631,7 +685,8 @@ class MultiHeadAttention(nnx.Module):
     v = self._heads(self.v_proj(x_kv))
     return attention(q, k, v, bias=bias, mask=mask, dropout_rate=self.attn_dropout,
                      dropout_key=dropout_key, factor=factor, query_block=self.query_block,
-                     implementation=self.implementation, scale=scale)
+                     implementation=self.implementation, scale=scale,
+                     normalisation=self.normalisation)
 
   def combine(self, out, head_mask=None):
     """``out_proj`` of the (head-masked) per-head outputs."""

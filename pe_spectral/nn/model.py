@@ -177,7 +177,8 @@ def _multi_head(cfg: ModelConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
       rotary=cfg.encoding.qk_transform(cfg),
       attn_dropout=cfg.dropout if cfg.quirks.attention_dropout else 0.0,
       init_scheme=cfg.init, query_block=cfg.attention_block,
-      implementation=cfg.attention_impl, rngs=rngs)
+      implementation=cfg.attention_impl, normalisation=cfg.encoding.normalisation(cfg),
+      rngs=rngs)
 
 
 def _latent(cfg: ModelConfig, rngs: nnx.Rngs) -> LatentAttention:

@@ -273,6 +273,10 @@ class ModelConfig:
     if self.attention_block is not None:
       raise ValueError(f"attention_impl={impl!r} and attention_block exclude each other "
                        f"(the blockwise kernel is the project's own)")
+    if enc.normalisation(self) != "softmax":
+      raise ValueError(f"attention_impl={impl!r} computes softmax(q·k + bias) and cannot "
+                       f"run pe={self.pe!r}, whose weights are {enc.normalisation(self)}; "
+                       f"use attention_impl='own'")
     other = [k for k in enc.kinds if k in LIBRARY_REFUSES]
     if other:
       raise ValueError(f"attention_impl={impl!r} computes softmax(q·k + bias) and cannot "

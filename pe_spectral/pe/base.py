@@ -304,6 +304,13 @@ class PositionalEncoding:
     input ``x [batch, seq, d_model]``. Declared by kind ``gated``."""
     raise NotImplementedError(f"PE {self.name!r} declares no gate bias")
 
+  # --- how logits become weights ---------------------------------------------
+  def normalisation(self, cfg) -> str:
+    """How the attention turns logits into weights: ``"softmax"``, or
+    stick-breaking (``"stickbreaking"``, ``"stickbreaking_current"``:
+    ``attention.NORMALISATIONS``), for a PE whose order comes from there."""
+    return "softmax"
+
   # --- q/k transform --------------------------------------------------------
   def qk_transform(self, cfg):
     """A hashable ``transform(q, k, positions) -> (q, k)``, or None."""

@@ -3,7 +3,8 @@
 Each family's module holds its pure functions and its registered classes
 (:mod:`~pe_spectral.pe.absolute`, :mod:`~pe_spectral.pe.rotary`,
 :mod:`~pe_spectral.pe.biases`, :mod:`~pe_spectral.pe.latent`,
-:mod:`~pe_spectral.pe.contextual`, :mod:`~pe_spectral.pe.householder`); the hook
+:mod:`~pe_spectral.pe.contextual`, :mod:`~pe_spectral.pe.householder`,
+:mod:`~pe_spectral.pe.stickbreaking`); the hook
 interface and the registry are in :mod:`~pe_spectral.pe.base` (its docstring lists
 the hooks). This module registers the built-in PEs and is the one name the rest of the library, the
 programs and notebooks use: ``encodings.get("rope")``, ``encodings.names()``,
@@ -82,13 +83,17 @@ from pe_spectral.pe.rotary import (  # noqa: F401
   XPosEncoding,
   XPosOptions,
 )
+from pe_spectral.pe.stickbreaking import (  # noqa: F401
+  StickBreaking,
+  StickBreakingOptions,
+)
 
 __all__ = [
     "PositionalEncoding", "register", "unregister", "get", "names", "load_module", "REGISTRY",
     "Kind", "KINDS", "PartialRopeOptions", "PRopeOptions", "XPosOptions", "AlibiOptions",
     "FireOptions",
     "CoPEOptions", "MLAOptions", "PoPEOptions", "AlibiDataOptions", "ComRoPEOptions", "DAPEOptions",
-    "PaTHOptions",
+    "PaTHOptions", "StickBreakingOptions",
     "COUPLINGS",
     "ATTENTION_MODES",
     "SHORTCUT_OPTIONS", "short_option", "rope_heads_option"
@@ -125,7 +130,7 @@ for _enc in (
     Rotary("p_rope", "p-RoPE: rotary on the highest fraction (0.75) of the frequency "
            "pairs, the rest unrotated", fraction_option=True),
     MLA(), Fire(), XPosEncoding(), CoPE(), RopeAdditive(), AlibiMultiplicative(),
-    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(), DAPE(), PaTH(),
+    PoPE(), RopeLearned(), AlibiData(), CARoPE(), ComRoPE(), DAPE(), PaTH(), StickBreaking(),
 ):
   register(_enc)
 del _enc
