@@ -355,10 +355,12 @@ class _Stop:
 
   The runner waits for the device by polling, so the handlers run at once."""
 
-  def __init__(self, distributed: bool = False, grace: float = 0.0, tag: str = ""):
+  def __init__(self, distributed: bool = False, grace: float = 0.0, tag: str = "",
+               ckpt_dir: str = ""):
     self.requested = False     # Ctrl-C
     self.preempted = False     # SIGTERM, or the processes' preemption sync point
     self.saved_step = None     # the last checkpoint whose save started
+    self._ckpt_dir = ckpt_dir  # where finished saves are step-named folders
     self._distributed = distributed
     self._grace, self._tag = grace, tag
     self._armed = threading.Event()  # the watchdog's timer started
@@ -432,9 +434,22 @@ class _Stop:
         when = self._when()
       print(f"\nSIGTERM: saving and stopping {when}", file=sys.stderr, flush=True)
 
+  def kept(self) -> str:
+    """Which checkpoint a resume would start from, for the watchdog's line:
+    the newest finished save (orbax renames a save's folder to its step when
+    the save is complete), and a save that had started but not finished."""
+    try:
+      done = max((int(n) for n in os.listdir(self._ckpt_dir) if n.isdigit()), default=None)
+    except OSError:
+      done = None
+    kept = "none yet" if done is None else f"step {done}"
+    if self.saved_step is not None and (done is None or self.saved_step > done):
+      kept += f"; the save of step {self.saved_step} had not finished"
+    return kept
+
   def _out_of_time(self) -> None:
     """The watchdog: the chunk in flight did not end within the grace."""
-    kept = (f"step {self.saved_step}" if self.saved_step is not None else "none yet")
+    kept = self.kept()
     print(f"preempted: the chunk in flight would end after the {self._grace:.0f} s grace; "
           f"stopped now with the last saved checkpoint ({kept}); rerun the same command "
           f"to resume {self._tag}", file=sys.stderr, flush=True)
@@ -518,7 +533,8 @@ def main(argv):
           f"{len(seeds)} seeds, faithful={rc.model.faithful}", file=sys.stderr,
           flush=True)
     try:
-      with _Stop(distributed=FLAGS.distributed, grace=FLAGS.preempt_grace, tag=tag) as stop:
+      with _Stop(distributed=FLAGS.distributed, grace=FLAGS.preempt_grace, tag=tag,
+                 ckpt_dir=os.path.join(workdir, "ckpt")) as stop:
         s = runner.run(
             rc, seeds, workdir,
             runner.RunOptions(eval_every=FLAGS.eval_every, resume=FLAGS.resume,

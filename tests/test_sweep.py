@@ -239,6 +239,24 @@ def test_a_sigterm_mid_interval_saves_there_within_the_grace_and_resumes_bit_ide
   assert _summary(cut)["test_accuracy"] == _summary(whole)["test_accuracy"]
 
 
+def test_the_watchdogs_line_names_the_newest_finished_save(tmp_path):
+  """When the grace runs out, the line says which checkpoint a resume starts
+  from: the newest folder orbax finished (renamed to its step), and a save
+  that had started but not finished (its temporary folder) is named as such."""
+  from experiments import sweep
+  ckpt = tmp_path / "ckpt"
+  stop = sweep._Stop(grace=1.5, ckpt_dir=str(ckpt))
+  assert stop.kept() == "none yet"  # no folder at all yet
+  ckpt.mkdir()
+  (ckpt / "512").mkdir()
+  assert stop.kept() == "step 512"
+  stop.checkpoint_started(576)
+  (ckpt / "576.orbax-checkpoint-tmp-1").mkdir()
+  assert stop.kept() == "step 512; the save of step 576 had not finished"
+  (ckpt / "576.orbax-checkpoint-tmp-1").rename(ckpt / "576")
+  assert stop.kept() == "step 576"
+
+
 def test_an_analysis_beside_a_training_run_reads_a_complete_checkpoint_and_says_which(
     tmp_path):
   """decompose, three times, while a sweep saves a checkpoint every 20 steps
