@@ -87,7 +87,7 @@ def test_the_report_renders_with_runs_missing():
   assert "**Not run yet:** nope, sinusoidal, learned, alibi, fire" in text
   assert "Exploratory" not in text and "from 1 committed registered run(s)" in text
   # a PE added after the pre-registration: described, counted apart, no verdict
-  runs["path"] = _run({1.0: BASE, 2.0: [2.5] * 5}, contraction=0.8)
+  runs["path"] = _run({1.0: BASE, 2.0: [2.5] * 5}, widening=0.8)
   text = R.render(runs)
   assert "from 1 committed registered run(s)" in text
   assert "| path | 2.000 ± 0.010 | yes | 2.020 | 2.500 | n/a | n/a | n/a | layer 0: 0.800" in text

@@ -242,8 +242,8 @@ def _exploratory(runs: dict) -> list:
            "Not pre-registered (study.md's addendum): the same launcher, preset and seeds; "
            "described here, under no decision rule.", "",
            "| PE | validation bits/byte (mean ± std) | trained | 1x | 2x | 4x | 8x | 16x "
-           "| coupling ratio per layer (geometric mean over seeds, 95 % CI of the mean log) "
-           "| seeds with a deposit |", "|---" * 10 + "|"]
+           "| spread(S(L)) / spread(S(L − B)) per layer (geometric mean over seeds, 95 % CI "
+           "of the mean log) | seeds with a deposit |", "|---" * 10 + "|"]
   for pe in have:
     run, s = runs[pe], runs[pe]["summary"]
     cells = ["—"] * 5
@@ -254,7 +254,7 @@ def _exploratory(runs: dict) -> list:
     coupling = "—"
     if "decompose" in run:
       coupling = "; ".join(f"layer {c['layer']}: {c['ratio']:.3f} {_ci(c['ci95'])}"
-                           for c in coupling_ci(run, "multiplicative"))
+                           for c in coupling_ci(run, "additive"))
     deposit = "—"
     if "ablation" in run:
       c = claim_c(run)
@@ -262,10 +262,14 @@ def _exploratory(runs: dict) -> list:
     lines.append(f"| {pe} | {s['test_bits_per_byte_mean']:.3f} ± "
                  f"{s['test_bits_per_byte_std']:.3f} | {'yes' if trained(run) else 'no'} | "
                  + " | ".join(cells) + f" | {coupling} | {deposit} |")
-  lines += ["", "The coupling ratio is the contraction ratio (spread of the logits' spectrum "
-            "over that of their θ = 0 counterpart); for `stickbreaking`, which has no position "
-            "term, the two are the same logits and the ratio is 1 by construction: its order "
-            "lives in the weights, not the logits (docs/spectral.md)."]
+  lines += ["", "The ratio is the spread of the logits' symmetric spectrum with the PE's "
+            "term `B` over that without it (`decompose`'s widening ratio, median over heads "
+            "per seed): for `path`, `B` is its Householder term `q_iᵀ(H_i⋯H_{j+1} − I)k_j/√d`, "
+            "so below 1 means its transforms contract the content logits' spectrum (its "
+            "contraction ratio against a θ = 0 counterpart is 1 by construction: that "
+            "counterpart keeps `B`, as CoPE's does). `stickbreaking` has no position term "
+            "(`B = 0`, the ratio 1 by construction): its order lives in the weights, not the "
+            "logits (docs/spectral.md)."]
   return lines
 
 
