@@ -106,7 +106,7 @@ def pe_config(pe: str, preset: str, max_len: int, *, faithful: bool = False,
               relative_buckets=None) -> ModelConfig:
   """The model config a run of ``pe`` on ``preset`` trains, long enough for ``max_len``."""
   return ModelConfig(pe=pe, **{**PRESETS[preset], "max_len": max_len}, faithful=faithful,
-                     causal="bidirectional" not in encodings.get(pe).attention,
+                     causal=encodings.get(pe).causal_only,
                      relative_buckets=relative_buckets,
                      relative_max_distance=None if relative_buckets is None else 128)
 

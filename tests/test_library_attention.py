@@ -29,7 +29,7 @@ def _exact_matmuls():
 def _serves(pe: str) -> bool:
   try:
     ModelConfig(pe=pe, attention_impl="xla",
-                causal="bidirectional" not in encodings.get(pe).attention)
+                causal=encodings.get(pe).causal_only)
   except ValueError:
     return False
   return True

@@ -16,7 +16,7 @@ TINY = dict(PRESETS["smoke"], vocab_size=23, num_classes=5)
 def _cfg(pe, **kw):
   if pe == "mla":  # a rotary channel narrower than the heads (default: the head width)
     kw.setdefault("pe_options", {"rope_dim": 4})
-  kw.setdefault("causal", "bidirectional" not in encodings.get(pe).attention)  # PaTH
+  kw.setdefault("causal", encodings.get(pe).causal_only)  # PaTH, stick-breaking
   return ModelConfig(pe=pe, **{**TINY, **kw})
 
 

@@ -140,8 +140,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
       raise ValueError(f"normalisation={normalisation!r} runs on the plain path only, not "
                        f"with implementation={implementation!r} or query_block={query_block}")
     logits = attention_logits(q * scale, k, bias=bias, scale=1.0, factor=factor)
-    p = attention_weights(logits, mask, v.dtype, normalisation)
-    out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, dropout_rate, dropout_key), _hm(v)))
+    out = _weigh(attention_weights(logits, mask, v.dtype, normalisation), v, dropout_rate,
+                 dropout_key)
   elif implementation is not None:
     if query_block is not None:
       raise ValueError(f"implementation={implementation!r} and query_block={query_block} "
@@ -279,9 +279,15 @@ def _hm(x):
   return x.transpose(0, 2, 1, 3)
 
 
+def _weigh(p, v, rate, key):
+  """The values ``v [batch, k, heads, d]`` weighted by the (dropped-out)
+  attention weights ``p [batch, heads, q, k]``: ``[batch, q, heads, d]``."""
+  return _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, rate, key), _hm(v)))
+
+
 def _attend_fwd(q, k, v, bias, factor, mask, key, scale, rate):
   p = softmax_probs(q, k, bias, mask, scale, v.dtype, factor=factor)
-  out = _hm(jnp.einsum("bhqk,bhkd->bhqd", dropout(p, rate, key), _hm(v)))
+  out = _weigh(p, v, rate, key)
   return out, (q, k, v, bias, factor, mask, key, p, out)
 
 

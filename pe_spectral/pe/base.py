@@ -8,8 +8,9 @@ evaluation-time scalings, xPos), ``biases`` (additive and multiplicative
 logit biases: T5, ALiBi, KERPLE, FIRE, rope_additive, alibi_multiplicative),
 ``latent`` (MLA's decoupled rotary channel) and ``contextual`` (PEs whose
 position term depends on the tokens: CoPE, PoPE, rope_learned, alibi_data,
-CARoPE) and ``householder`` (PaTH's accumulated Householder transforms) -- each
-with its pure ``jnp`` functions and its registered classes together.
+CARoPE), ``householder`` (PaTH's accumulated Householder transforms) and
+``stickbreaking`` (stick-breaking attention's weights) -- each with its pure
+``jnp`` functions and its registered classes together.
 :mod:`pe_spectral.pe.encodings` registers them.
 
 An encoding implements the hooks every consumer needs, and nothing outside
@@ -222,6 +223,12 @@ class PositionalEncoding:
   frequency_param: str = ""
 
   # --- what it is ---------------------------------------------------------
+  @property
+  def causal_only(self) -> bool:
+    """Defined for causal attention only (PaTH, stick-breaking): a run of it
+    is built causal (``config.build``)."""
+    return "bidirectional" not in self.attention
+
   @property
   def config_fields(self) -> tuple[str, ...]:
     """The PE-scoped ``ModelConfig`` fields that apply to this PE."""

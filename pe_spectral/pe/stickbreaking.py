@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pe_spectral.pe.base import PositionalEncoding, _bool_field
+from pe_spectral.pe.base import PositionalEncoding
 
 __all__ = ["StickBreakingOptions", "StickBreaking"]
 
@@ -23,9 +23,9 @@ class StickBreakingOptions:
   attend_current: bool = False
 
   def __post_init__(self):
-    _bool_field(self, "attend_current")
-    if self.attend_current is None:
-      raise ValueError("StickBreakingOptions.attend_current must be True or False, got None")
+    if not isinstance(self.attend_current, bool):
+      raise ValueError(f"StickBreakingOptions.attend_current must be True or False, "
+                       f"got {self.attend_current!r}")
 
 
 class StickBreaking(PositionalEncoding):

@@ -368,7 +368,7 @@ def build(preset: str, task: str, pe: str, *, faithful: bool = False,
   model_kw.update(TASK_MODEL_PRESETS.get((preset, task), {}))
   if task_cfg.is_lm:  # next-token prediction: causal attention, logits at every position
     model_kw.update(causal=True, per_token=True)
-  elif "bidirectional" not in encodings.get(pe).attention:
+  elif encodings.get(pe).causal_only:
     model_kw["causal"] = True  # a PE defined causally only (PaTH): set, so recorded
   options = {}  # pe_options' fields; ModelConfig says whether the PE takes them
   if rope_heads is not None:
