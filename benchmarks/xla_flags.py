@@ -32,10 +32,17 @@ SETTINGS = {
     "eigen_1_thread": ("--xla_cpu_multi_thread_eigen=false", False),
     "vector_512": ("--xla_cpu_prefer_vector_width=512", False),
     "onednn+vector_512": ("--xla_cpu_use_onednn=true --xla_cpu_prefer_vector_width=512", False),
-    "multi_output_fusion": ("--xla_cpu_use_multi_output_fusion=true", False),
     "concurrency_scheduler": ("--xla_cpu_enable_concurrency_optimized_scheduler=true", False),
     "no_thunk_runtime": ("--xla_cpu_use_thunk_runtime=false", False),
     "fast_math (changes numbers)": ("--xla_cpu_enable_fast_math=true", False),
+    # library fusions (jaxlib 0.10 types: individual_dot, individual_convolution, dot,
+    # eltwise, reduce); the YNN ones replace the project's "none"
+    "onednn_dot": ("--xla_cpu_experimental_onednn_fusion_type=dot", False),
+    "xnn_dot": ("--xla_cpu_experimental_xnn_fusion_type=dot", False),
+    "xnn_graph_greedy": ("--xla_cpu_experimental_xnn_graph_fusion_mode="
+                         "XNN_GRAPH_FUSION_MODE_GREEDY", False),
+    "ynn_individual_dot": ("--xla_cpu_experimental_ynn_fusion_type=individual_dot", True),
+    "ynn_dot": ("--xla_cpu_experimental_ynn_fusion_type=dot", True),
 }
 flags.DEFINE_list("settings", list(SETTINGS), "Settings to compare (names above).")
 flags.DEFINE_integer("steps", 10, "Timed steps per chunk (cpu preset, one seed, batch 128).")
