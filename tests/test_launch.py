@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -172,7 +173,7 @@ def test_thesis_last_rung_runs_rope_only_after_rope_additive_converged(tmp_path)
   # a copy of the repo's launch tree with its own results/ (none committed yet)
   root = tmp_path / "repo"
   _copy_launch_trees(root)
-  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT), PYTHON=sys.executable)
   run = lambda *pes: subprocess.run(["bash", f"{STUDY}/launch/thesis_cpu.sh", "--dry_run",
                                      "--last_rung",
                                      *pes], cwd=root, capture_output=True, text=True, env=env)
@@ -202,7 +203,7 @@ def test_gpu_decide_trains_what_can_still_decide(tmp_path):
   import json
   root = tmp_path / "repo"   # the launch tree without any committed thesis run
   _copy_launch_trees(root)
-  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+  env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT), PYTHON=sys.executable)
 
   def run(script, *args, **extra):
     out = subprocess.run(["bash", script, "--dry_run", *args], cwd=root, capture_output=True,
