@@ -125,7 +125,7 @@ def test_hand_written_vjp_matches_autodiff():
 def test_linear_bias_gradient_matches_nnx_linear():
   from flax import nnx
 
-  from pe_spectral.nn.attention import Linear, add_bias
+  from pe_spectral.nn.linear import Linear, add_bias
   ours = Linear(5, 3, rngs=nnx.Rngs(0))
   ref = nnx.Linear(5, 3, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(1), (4, 6, 5))
@@ -144,10 +144,10 @@ def test_linear_bias_gradient_matches_nnx_linear():
 
 @pytest.mark.parametrize("d_in,d_out", [(5, 3), (3, 5)])
 def test_matmul_gradient_is_the_float64_product_in_either_orientation(d_in, d_out):
-  """attention.matmul's hand-written kernel gradient (it transposes the smaller
+  """linear.matmul's hand-written kernel gradient (it transposes the smaller
   operand: x^T dy when d_in <= d_out, else (dy^T x)^T) against float64 numpy,
   alone and under vmap over a leading (seed) axis; the forward is x @ kernel."""
-  from pe_spectral.nn.attention import matmul
+  from pe_spectral.nn.linear import matmul
   x = jax.random.normal(jax.random.key(1), (2, 4, 6, d_in))
   k = jax.random.normal(jax.random.key(2), (2, d_in, d_out))
   w = jax.random.normal(jax.random.key(3), (2, 4, 6, d_out))

@@ -37,8 +37,8 @@ from pe_spectral.nn.attention import (
   LatentAttention,
   MultiHeadAttention,
   dropout,
-  torch_linear,
 )
+from pe_spectral.nn.linear import torch_linear
 from pe_spectral.nn.model_config import (  # noqa: F401  (the names callers import from here)
   ACTIVATIONS,
   CLEAN,

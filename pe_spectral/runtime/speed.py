@@ -4,7 +4,7 @@ Three pieces make training faster on XLA:CPU without changing what is computed
 (beyond float rounding; benchmarks/README.md has the measurements):
 
 * :func:`attention.attention` differentiates through a hand-written VJP;
-* :func:`attention.add_bias` (used by :class:`attention.Linear`) gives the
+* :func:`linear.add_bias` (used by :class:`linear.Linear`) gives the
   bias gradient as one matrix-vector product;
 * :func:`rng.bernoulli` draws dropout bits equal to ``jax.random.bernoulli``
   without its slower lowering.
