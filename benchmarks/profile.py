@@ -7,13 +7,12 @@ chunk, aggregated by XLA op, each op named with its HLO shape.
 
 One seed, the chunk the sweep compiles (``train.jit_chunk``), compiled once (its HLO
 text is printed), run once to warm up, timed (best of ``--reps`` chunks of ``--steps``
-steps), then traced once
-more. The trace (``jax.profiler.trace(..., create_perfetto_trace=True)``) holds
-one event per executed XLA op; their durations are summed per op and per kind
-(the op name without its number: ``dot``, ``copy_bitcast_fusion``,
-``wrapped_reduce-window``, ...) and printed per step beside the op's line of the
-compiled HLO (its shape and operands), which says what the op computes. Writes
-the table to ``--out`` (JSON) and keeps the trace and HLO text beside it. Never
+steps), then traced once more. The trace (``jax.profiler.trace(...,
+create_perfetto_trace=True)``) holds one event per executed XLA op; their durations are
+summed per op and per kind (the op name without its number: ``dot``,
+``copy_bitcast_fusion``, ``wrapped_reduce-window``, ...) and printed per step beside the
+op's line of the compiled HLO (its shape and operands), which says what the op computes.
+Writes the table to ``--out`` (JSON) and keeps the trace and HLO text beside it. Never
 part of the test suite.
 """
 from __future__ import annotations
