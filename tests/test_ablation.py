@@ -169,6 +169,7 @@ def test_ablation_bytes_shrink_with_smaller_groups(trained):
   assert len(calls) == 2 and len(set(calls)) == 2 and set(ablation._COMPILED) == kept
 
 
+@pytest.mark.long
 def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   import json
   import os

@@ -724,6 +724,7 @@ OUTSIDE_PE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.long
 def test_content_pes_and_an_outside_module_through_the_clis(tmp_path):
   """sweep -> ablate (heads and frequencies) -> decompose -> lengths on the
   new PEs and on a PE from the researcher's own file, each CLI a new process

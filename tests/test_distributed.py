@@ -71,6 +71,7 @@ def two_process_run(tmp_path_factory):
   return multi, got
 
 
+@pytest.mark.long
 def test_two_processes_match_one(sweep_reference, two_process_run):
   multi, got = two_process_run
   outs = [(o, e) for _, o, e in got]
@@ -86,6 +87,7 @@ def test_two_processes_match_one(sweep_reference, two_process_run):
   assert a["train_accuracy"] == pytest.approx(b["train_accuracy"], abs=1e-6)
 
 
+@pytest.mark.long
 def test_a_sigterm_to_one_process_stops_both_at_one_saved_step(two_process_run, tmp_path):
   """Preemption with two processes: SIGTERM reaches process 1 only. JAX's
   preemption sync point makes both stop after the same chunk and save it;
@@ -106,6 +108,7 @@ def test_a_sigterm_to_one_process_stops_both_at_one_saved_step(two_process_run, 
   assert rows(wd) == rows(two_process_run[0])
 
 
+@pytest.mark.long
 def test_a_ctrl_c_to_one_process_stops_both_at_one_saved_step(tmp_path):
   """Ctrl-C with two processes takes SIGTERM's synchronised path: SIGINT
   reaches process 1 only, and both stop after the same chunk and save it (the

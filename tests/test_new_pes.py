@@ -35,6 +35,7 @@ def _cli(module, *args, cwd):
 E2E_PES = ("fire", "cope", "p_rope", "alibi_multiplicative")
 
 
+@pytest.mark.long
 def test_new_pes_sweep_ablate_decompose_report(tmp_path):
   """One process per CLI, new PEs through it: sweep (default workdirs),
   ablate and decompose (a comma list of workdirs), then the report."""

@@ -10,6 +10,7 @@ NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "notebooks",
                         "spectral_bounds.ipynb")
 
 
+@pytest.mark.long
 def test_spectral_notebook_runs():
   nb = nbformat.read(NOTEBOOK, as_version=4)
   client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
@@ -22,6 +23,7 @@ def test_spectral_notebook_runs():
   assert "outer [" in text and "negative eigenvalues: 1" in text
 
 
+@pytest.mark.long
 def test_inspect_notebook_opens_a_tiny_run():
   """notebooks/inspect_run.ipynb on the tiny run it trains itself: no error,
   and its four figures drawn (curves, attention maps, ablation, spectra)."""

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 # the study's presets (study, deposit, long): registered on import, so that
 # this file passes alone as well as after another test imported the study
@@ -51,6 +52,7 @@ def _deposit(seeds, top, second):
   return _ablation(d)
 
 
+@pytest.mark.long
 def test_report_verdicts_tables_and_figures(tmp_path):
   runs = str(tmp_path / "runs")
   T1, T2 = "distance", "count"
@@ -262,6 +264,7 @@ def test_a_refuted_row_says_its_missing_runs_cannot_undo_it(tmp_path):
   assert "waits for" not in fa
 
 
+@pytest.mark.long
 def test_faithful_task2_rows_name_the_pilots_and_show_their_curves(tmp_path):
   """studies/arxiv_2505_13027/study.md, sixth amendment, end to end: committed faithful Task 2
   pilots that did not converge label the faithful (b)/(d) rows *not testable

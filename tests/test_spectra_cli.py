@@ -3,9 +3,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import run_cli_batch
 
 
+@pytest.mark.long
 def test_spectra_cli_writes_json_and_figures(tmp_path):
   out = subprocess.run([sys.executable, "-m", "experiments.spectra", "--n=16,64",
                         "--pe=all",

@@ -337,6 +337,7 @@ def test_list_names_a_missing_paper_ablation(tmp_path):
   assert listed().endswith("committed (its paper-style ablation to run)")
 
 
+@pytest.mark.long
 def test_study_commits_the_evidence_then_the_paper_ablation(tmp_path):
   """End to end at the smoke preset, in a scratch repository: a run whose plan
   asks for the paper-style ablation lands in two commits, the first with the

@@ -201,6 +201,7 @@ def test_a_sigterm_during_a_first_call_exits_within_the_grace(tmp_path):
   assert not os.path.exists(os.path.join(wd, "summary.json"))
 
 
+@pytest.mark.long
 def test_a_sigterm_mid_interval_saves_there_within_the_grace_and_resumes_bit_identical(
     tmp_path):
   """With a 3 s grace a 512-step interval runs as calls of at most 1 s
@@ -257,6 +258,7 @@ def test_the_watchdogs_line_names_the_newest_finished_save(tmp_path):
   assert stop.kept() == "step 576"
 
 
+@pytest.mark.long
 def test_an_analysis_beside_a_training_run_reads_a_complete_checkpoint_and_says_which(
     tmp_path):
   """decompose, three times, while a sweep saves a checkpoint every 20 steps
@@ -282,6 +284,7 @@ def test_an_analysis_beside_a_training_run_reads_a_complete_checkpoint_and_says_
   assert all(s % 20 == 0 and s >= 40 for s in steps), steps
 
 
+@pytest.mark.long
 def test_a_short_fault_soak_ends_bit_identical_to_the_uninterrupted_run(reference, tmp_path):
   """benchmarks/faults.py's soak, short: a kill while a checkpoint is written,
   a Ctrl-C mid-run and a SIGTERM during start-up, each followed by the same
@@ -547,6 +550,7 @@ def test_auto_seed_group_sizes_to_the_share_given_on_the_command_line(tmp_path):
   assert os.path.exists(tmp_path / "run" / "summary.json")
 
 
+@pytest.mark.long
 def test_sigterm_saves_and_the_resume_equals_an_uninterrupted_run(reference, tmp_path):
   """A scheduler's preemption notice: SIGTERM while the first chunk compiles
   and runs. The sweep finishes that chunk, saves its step, releases the lock,
@@ -618,6 +622,7 @@ def _one_error_line_and_no_traceback(out) -> str:
   return errors[0]
 
 
+@pytest.mark.long
 def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(reference,
                                                                              small_disk):
   """A checkpoint that does not fit: the sweep says so in one line (where,
@@ -644,6 +649,7 @@ def test_a_full_disk_is_one_line_and_the_resume_equals_an_uninterrupted_run(refe
   assert rows(wd) == rows(reference[0])
 
 
+@pytest.mark.long
 def test_a_disk_full_before_the_checkpoint_is_one_line_and_resumes(reference, small_disk):
   """The other files' case: the disk is full (not one page left) when the
   first metrics row is written, before any checkpoint. One line naming the

@@ -214,6 +214,7 @@ def test_spearman_matches_scipy_with_ties_and_the_bootstrap_brackets_it():
     stats.bootstrap_spearman_ci(x[:2], y[:2])
 
 
+@pytest.mark.long
 def test_recorded_runs_feed_the_report_section(tmp_path):
   """End to end on the smoke preset: a sweep recording spectra and curvature
   writes what ``rules.load`` reads, and the report renders the section and
