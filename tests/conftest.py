@@ -49,12 +49,26 @@ import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-  """The tests marked ``long`` (the end-to-end runs of 15 s and more) first,
-  the rest in file order: pytest-xdist hands out the first quarter of the
-  list round-robin at the start, so the long ones start at once on every
-  worker, and the suite ends on short tests instead of one worker finishing
-  a long one while the other waits. Every worker sorts the same way."""
-  items.sort(key=lambda item: item.get_closest_marker("long") is None)
+  """The tests marked ``long`` (end-to-end runs of 15 s and more) spread over
+  the xdist workers' first chunks, the rest in file order. pytest-xdist's
+  load scheduling sends worker k the k-th block of ``len(items) // workers //
+  4`` consecutive tests first, then the rest a few at a time as workers free
+  up: the long ones at the head of each block start at once on every worker,
+  and the suite ends on short tests, not one worker finishing a long one
+  while the other waits. Every worker sorts its own collection the same way
+  (xdist requires it); where xdist splits otherwise the order is only less
+  good, never wrong."""
+  workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+  long = [item for item in items if item.get_closest_marker("long")]
+  rest = [item for item in items if not item.get_closest_marker("long")]
+  block = max(len(items) // max(workers, 1) // 4, 2)
+  ordered = []
+  for k in range(workers):
+    heads = long[k::workers]
+    take = max(block - len(heads), 0)
+    ordered += heads + rest[:take]
+    rest = rest[take:]
+  items[:] = ordered + rest
 
 
 # The end-to-end reference run several test files compare against (smoke preset).

@@ -171,15 +171,37 @@ def test_ablation_bytes_shrink_with_smaller_groups(trained):
 
 @pytest.mark.long
 def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
+  """Every command line in one process (conftest.run_cli_batch), each run
+  that writes on its own copy of the reference run: the default, a budget
+  nothing fits, a share of the free memory, bad flags, refused workdirs."""
   import json
   import os
   import shutil
-  import subprocess
-  import sys
-  wd = str(tmp_path / "run")
-  shutil.copytree(sweep_reference[0], wd)
-  out = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}"],
-                       capture_output=True, text=True)
+  copies = {}
+  for name in ("run", "tight", "share", "badckpt"):
+    copies[name] = str(tmp_path / name)
+    shutil.copytree(sweep_reference[0], copies[name])
+  wd = copies["run"]
+  # unverifiable checkpoints (both kept steps altered): refused in one line
+  for step in os.listdir(os.path.join(copies["badckpt"], "ckpt")):
+    with open(os.path.join(copies["badckpt"], "ckpt", step, "meta", "metadata"), "w") as f:
+      f.write("{")
+  nockpt = tmp_path / "nockpt"  # a config but no checkpoints: refused, nothing created
+  nockpt.mkdir()
+  (nockpt / "config.json").write_text(open(os.path.join(wd, "config.json")).read())
+  bad_flags = ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0", "--memory_fraction=0",
+               "--memory_fraction=1.5")
+  out, tight, share, *bads, indivisible, nothing, badckpt, nock = run_cli_batch(
+      "experiments.ablate", [
+          ([f"--workdir={wd}"], tmp_path),
+          # a budget nothing fits: the narrowest program, said so, the same numbers
+          ([f"--workdir={copies['tight']}", "--memory_gib=1e-6"], tmp_path),
+          ([f"--workdir={copies['share']}", "--memory_fraction=1e-15"], tmp_path),
+          *[([f"--workdir={wd}", flag], tmp_path) for flag in bad_flags],
+          ([f"--workdir={wd}", "--seed_group=3"], tmp_path),
+          ([f"--workdir={tmp_path}/nothing"], tmp_path),
+          ([f"--workdir={copies['badckpt']}"], tmp_path),
+          ([f"--workdir={nockpt}"], tmp_path)])
   assert out.returncode == 0, out.stderr[-2000:]
   with open(os.path.join(wd, "ablation.json")) as f:
     res = json.load(f)
@@ -200,21 +222,10 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert res["baseline"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
   assert os.path.getsize(os.path.join(wd, "ablation.png")) > 1000
   assert "memory auto: --seed_group=2 --mask_chunk=2 fits" in out.stderr  # tiny: all at once
-  # a budget nothing fits: the narrowest program, said so, the same numbers
-  tight = subprocess.run([sys.executable, "-m", "experiments.ablate", f"--workdir={wd}",
-                          "--memory_gib=1e-6"], capture_output=True, text=True)
   assert tight.returncode == 0, tight.stderr[-2000:]
   assert "memory auto: --seed_group=1 --mask_chunk=1 does not fit either" in tight.stderr
-  with open(os.path.join(wd, "ablation.json")) as f:
+  with open(os.path.join(copies["tight"], "ablation.json")) as f:
     np.testing.assert_allclose(json.load(f)["ablated"], res["ablated"], atol=1e-6)
-  # the quick command lines in one process each batch (conftest.run_cli_batch)
-  bad_flags = ("--seed_group=0", "--mask_chunk=x", "--memory_gib=0", "--memory_fraction=0",
-               "--memory_fraction=1.5")
-  share, *bads, indivisible, nothing = run_cli_batch("experiments.ablate", [
-      ([f"--workdir={wd}", "--memory_fraction=1e-15"], tmp_path),
-      *[([f"--workdir={wd}", flag], tmp_path) for flag in bad_flags],
-      ([f"--workdir={wd}", "--seed_group=3"], tmp_path),
-      ([f"--workdir={tmp_path}/nothing"], tmp_path)])
   assert share.returncode == 0, share.stderr[-2000:]
   assert "--mask_chunk=1 does not fit either" in share.stderr
   assert "x memory_fraction=1e-15" in share.stderr
@@ -224,15 +235,7 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
   assert "analysing the checkpoint" not in bad.stdout + bad.stderr  # refused before restoring
   assert nothing.returncode == 2 and "error:" in nothing.stderr
-  # unverifiable checkpoints (both kept steps altered): refused in one line
-  for step in os.listdir(os.path.join(wd, "ckpt")):
-    with open(os.path.join(wd, "ckpt", step, "meta", "metadata"), "w") as f:
-      f.write("{")
-  nockpt = tmp_path / "nockpt"  # a config but no checkpoints: refused, nothing created
-  nockpt.mkdir()
-  (nockpt / "config.json").write_text(open(os.path.join(wd, "config.json")).read())
-  bad, nock = run_cli_batch("experiments.ablate", [([f"--workdir={wd}"], tmp_path),
-                                                   ([f"--workdir={nockpt}"], tmp_path)])
+  bad = badckpt
   assert bad.returncode == 2 and "no usable checkpoint" in bad.stderr, bad.stderr[-2000:]
   assert "Traceback" not in bad.stderr
   assert nock.returncode == 2 and "no checkpoint" in nock.stderr
