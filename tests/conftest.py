@@ -62,9 +62,18 @@ def pytest_collection_modifyitems(config, items):
   long = [item for item in items if item.get_closest_marker("long")]
   rest = [item for item in items if not item.get_closest_marker("long")]
   block = max(len(items) // max(workers, 1) // 4, 2)
+  # a module's long tests go to one worker together, where they share its
+  # module-scoped fixtures (the two-process run): whole modules, the largest
+  # first, each to the worker with the fewest long tests so far
+  modules = {}
+  for item in long:
+    modules.setdefault(item.module.__name__, []).append(item)
+  per_worker = [[] for _ in range(max(workers, 1))]
+  for group in sorted(modules.values(), key=len, reverse=True):
+    min(per_worker, key=len).extend(group)
   ordered = []
   for k in range(workers):
-    heads = long[k::workers]
+    heads = per_worker[k]
     take = max(block - len(heads), 0)
     ordered += heads + rest[:take]
     rest = rest[take:]
