@@ -182,8 +182,10 @@ def test_one_compiled_program_for_all_seeds_and_chunks():
   # (counted by JAX's own trace event: the C++ dispatch cache's size,
   # ``_cache_size()``, read 0 in a worker that had run ~700 tests before)
   traced = []
-  listener = lambda event, secs, **kw: traced.append(kw.get("fun_name")) if (
-      event == "/jax/core/compile/jaxpr_trace_duration") else None
+
+  def listener(event, secs, **kw):
+    if event == "/jax/core/compile/jaxpr_trace_duration":
+      traced.append(kw.get("fun_name"))
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     for k in (keys, other, keys):
