@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import jax
 from absl import app, flags
 
-from pe_spectral.runtime import memory, xla_config
+from pe_spectral.runtime import gc_tuning, memory, xla_config
 from pe_spectral.runtime.errors import Remedy, RunError
 from pe_spectral.training import config
 
@@ -202,7 +202,8 @@ def run(main: Callable[[list], int], *, compile_cache: bool = True) -> None:
 
   The program's entry point: every program gets ``--xla_cpu_tuning`` (the
   measured-faster XLA:CPU flags, :func:`xla_config.tune_cpu`, set before
-  ``main`` computes anything) and, with ``compile_cache``, ``--compile_cache``
+  ``main`` computes anything), the garbage collector's raised thresholds
+  (:func:`gc_tuning.tune_gc`) and, with ``compile_cache``, ``--compile_cache``
   (JAX's persistent compilation cache: :func:`compile_cache_dir`; the
   benchmarks, which time compilation, go without)."""
   started = []
@@ -221,6 +222,7 @@ def run(main: Callable[[list], int], *, compile_cache: bool = True) -> None:
   def wrapped(argv):
     started.append(True)
     xla_config.tune_cpu(flags.FLAGS.xla_cpu_tuning)  # before anything computes
+    gc_tuning.tune_gc()  # fewer collector passes while the program traces
     if compile_cache:
       _use_compile_cache(flags.FLAGS.compile_cache)
     try:

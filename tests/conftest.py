@@ -1,7 +1,10 @@
-from pe_spectral.runtime import xla_config
+from pe_spectral.runtime import gc_tuning, xla_config
 
-# Before any test touches JAX: the measured-faster XLA:CPU settings.
+# Before any test touches JAX: the measured-faster XLA:CPU settings, and the
+# garbage collector's thresholds the programs run with (the tests trace as
+# much as the programs do).
 xla_config.tune_cpu()
+gc_tuning.tune_gc()
 
 import os  # noqa: E402
 
