@@ -231,13 +231,14 @@ def test_ablate_cli_writes_json_and_heatmap(sweep_reference, tmp_path):
   assert "x memory_fraction=1e-15" in share.stderr
   for flag, bad in zip(bad_flags, bads):
     assert bad.returncode == 2 and bad.stderr.startswith("error:"), (flag, bad.stderr)
-  bad = indivisible
-  assert bad.returncode == 2 and "--seed_group 3 must divide the run's 2 seeds" in bad.stderr
-  assert "analysing the checkpoint" not in bad.stdout + bad.stderr  # refused before restoring
+  assert indivisible.returncode == 2
+  assert "--seed_group 3 must divide the run's 2 seeds" in indivisible.stderr
+  # refused before restoring
+  assert "analysing the checkpoint" not in indivisible.stdout + indivisible.stderr
   assert nothing.returncode == 2 and "error:" in nothing.stderr
-  bad = badckpt
-  assert bad.returncode == 2 and "no usable checkpoint" in bad.stderr, bad.stderr[-2000:]
-  assert "Traceback" not in bad.stderr
+  assert badckpt.returncode == 2 and "no usable checkpoint" in badckpt.stderr, \
+      badckpt.stderr[-2000:]
+  assert "Traceback" not in badckpt.stderr
   assert nock.returncode == 2 and "no checkpoint" in nock.stderr
   assert not (nockpt / "ckpt").exists()
 

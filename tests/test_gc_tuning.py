@@ -1,6 +1,5 @@
 """gc_tuning.tune_gc: every program (experiments.cli.run) runs with the
-collector's raised thresholds; the function returns the ones it replaced, and
-with False changes nothing."""
+collector's raised thresholds; the function returns the ones it replaced."""
 import gc
 import os
 import subprocess
@@ -20,12 +19,10 @@ def test_a_program_runs_with_the_raised_thresholds():
   assert out.strip() == str(gc_tuning.THRESHOLDS)
 
 
-def test_tune_gc_returns_what_it_replaced_and_false_changes_nothing():
+def test_tune_gc_returns_what_it_replaced():
   before = gc.get_threshold()
   try:
     gc.set_threshold(700, 10, 10)
-    assert gc_tuning.tune_gc(False) == (700, 10, 10)
-    assert gc.get_threshold() == (700, 10, 10)
     assert gc_tuning.tune_gc() == (700, 10, 10)
     assert gc.get_threshold() == gc_tuning.THRESHOLDS
   finally:

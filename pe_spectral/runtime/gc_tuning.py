@@ -3,7 +3,7 @@
 Tracing, lowering and compiling a model allocate hundreds of thousands of small
 container objects (tracers, jaxpr equations, MLIR values, pytree nodes). At
 CPython's default thresholds, ``(700, 10, 10)``, the collector runs a young pass
-every 700 net allocations and a full pass every hundred, and a full pass walks
+every 700 net allocations and a full pass every hundred young ones, and a full pass walks
 every object the process holds -- JAX's, Flax's and the program's caches
 included -- so a program that traces spends a tenth of its time collecting.
 
@@ -23,11 +23,9 @@ __all__ = ["THRESHOLDS", "tune_gc"]
 THRESHOLDS = (50_000, 50, 100)
 
 
-def tune_gc(enabled: bool = True) -> tuple:
-  """Sets the collector's thresholds to :data:`THRESHOLDS` when ``enabled``;
-  returns the thresholds before the call (``gc.set_threshold(*old)`` restores
-  them)."""
+def tune_gc() -> tuple:
+  """Sets the collector's thresholds to :data:`THRESHOLDS`; returns the ones
+  before the call (``gc.set_threshold(*old)`` restores them)."""
   old = gc.get_threshold()
-  if enabled:
-    gc.set_threshold(*THRESHOLDS)
+  gc.set_threshold(*THRESHOLDS)
   return old
